@@ -1,0 +1,35 @@
+# Two commands do everything: `make book` and `make test` (see README.md).
+PY      := .venv/bin/python
+JOBS    ?= 1
+STAMP   := .venv/.installed
+
+.PHONY: book test execute site unit chapters site-checks browser-deps bench clean
+
+$(STAMP): requirements.txt pyproject.toml
+	test -x $(PY) || python3 -m venv .venv
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --no-deps -e .
+	touch $(STAMP)
+
+## make book: environment, every chapter executed once (cached), the site in _build/html
+book: $(STAMP)
+	$(PY) tools/run_book.py --jobs $(JOBS)
+	$(PY) tools/build_site.py
+
+## make test: unit and house-rule tests, every chapter with its claims, the book build, offline and browser checks
+test: $(STAMP) browser-deps
+	$(PY) -m pytest -m "not book" -n 2 -p no:cacheprovider tests
+	$(PY) tools/run_book.py --jobs 2
+	$(PY) tools/build_site.py
+	$(PY) -m pytest -m book -p no:cacheprovider tests
+
+browser-deps:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null)
+
+bench: $(STAMP)
+	$(PY) benchmarks/run_benchmarks.py
+
+clean:
+	rm -rf _build

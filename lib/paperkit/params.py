@@ -1,0 +1,117 @@
+"""Validate a chapter's parameters the moment the notebook starts.
+
+papermill injects whatever ``-p name value`` pairs it is given, even names the notebook never declared, and
+never checks types. The cell right after a chapter's ``parameters`` cell therefore calls :func:`parse` on the
+notebook's globals with a spec of every allowed parameter; anything unknown, mistyped, out of range or naming an
+absent device fails at once with a message that names the parameter and what is allowed.
+
+Example (the second code cell of every chapter)::
+
+    cfg = paperkit.params.parse(globals(), {
+        "seed": params.Int(min=0),
+        "scale": params.Float(min=0.05, max=50),
+        "device": params.Device(),
+    })
+"""
+from __future__ import annotations
+
+import types
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+# Names IPython puts into every kernel's namespace; they are not parameters.
+_KERNEL_NAMES = {"In", "Out", "get_ipython", "exit", "quit", "open"}
+# papermill writes parameters as Python literals, so a parameter's value is always one of these.
+_LITERAL_TYPES = (bool, int, float, complex, str, bytes, list, tuple, dict, set, type(None))
+
+
+class ParameterError(ValueError):
+    """A chapter parameter is unknown, of the wrong type, out of range, or names an absent device."""
+
+
+@dataclass(frozen=True)
+class Int:
+    """An integer parameter in ``[min, max]``; bools are rejected even though Python counts them as ints."""
+
+    min: int | None = None
+    max: int | None = None
+
+    def check(self, name: str, value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ParameterError(f"parameter '{name}' must be an integer, got {value!r} ({type(value).__name__})")
+        _check_range(name, value, self.min, self.max)
+        return value
+
+
+@dataclass(frozen=True)
+class Float:
+    """A real parameter in ``[min, max]``; integers are accepted and converted (papermill passes ``-p x 2`` as int)."""
+
+    min: float | None = None
+    max: float | None = None
+
+    def check(self, name: str, value: Any) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ParameterError(f"parameter '{name}' must be a number, got {value!r} ({type(value).__name__})")
+        value = float(value)
+        if value != value:
+            raise ParameterError(f"parameter '{name}' must be a number, got NaN")
+        _check_range(name, value, self.min, self.max)
+        return value
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One of a fixed set of values."""
+
+    values: tuple
+
+    def check(self, name: str, value: Any) -> Any:
+        if value not in self.values:
+            raise ParameterError(f"parameter '{name}' must be one of {list(self.values)}, got {value!r}")
+        return value
+
+
+@dataclass(frozen=True)
+class Device:
+    """A torch device string that exists on this machine: ``cpu``, ``cuda``, ``cuda:N`` or ``mps``."""
+
+    def check(self, name: str, value: Any) -> str:
+        from paperkit.device import available_devices
+
+        allowed = available_devices()
+        if not isinstance(value, str):
+            raise ParameterError(f"parameter '{name}' must be a device string, one of {allowed}, got {value!r}")
+        if value not in allowed:
+            raise ParameterError(
+                f"parameter '{name}'={value!r} is not available on this machine; allowed: {allowed}"
+            )
+        return value
+
+
+def _check_range(name: str, value: float, lo: float | None, hi: float | None) -> None:
+    if lo is not None and value < lo:
+        raise ParameterError(f"parameter '{name}' must be >= {lo}, got {value}")
+    if hi is not None and value > hi:
+        raise ParameterError(f"parameter '{name}' must be <= {hi}, got {value}")
+
+
+def parse(namespace: Mapping[str, Any], spec: Mapping[str, Any]) -> types.SimpleNamespace:
+    """Check the notebook's parameters against ``spec`` and return them as a read-only-by-convention namespace.
+
+    ``namespace`` is the notebook's ``globals()`` right after the parameters (and papermill's injected) cell; every
+    public name bound to a literal value (what papermill can inject) must be a key of ``spec``; imported modules,
+    functions and classes are ignored. Each spec entry checks type and range.
+    Raises :class:`ParameterError` naming the first offending parameter and the allowed values.
+    """
+    unknown = sorted(
+        k
+        for k, v in namespace.items()
+        if not k.startswith("_") and k not in _KERNEL_NAMES and k not in spec and isinstance(v, _LITERAL_TYPES)
+    )
+    if unknown:
+        raise ParameterError(f"unknown parameter(s) {unknown}; this chapter accepts: {sorted(spec)}")
+    missing = sorted(k for k in spec if k not in namespace)
+    if missing:
+        raise ParameterError(f"parameter(s) {missing} missing from the parameters cell")
+    return types.SimpleNamespace(**{k: rule.check(k, namespace[k]) for k, rule in spec.items()})

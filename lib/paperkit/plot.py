@@ -1,0 +1,40 @@
+"""The book's one plot style, and small helpers that keep every figure alike."""
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")  # executed headless under papermill / nbmake; the inline backend still shows figures
+import matplotlib.pyplot as plt  # noqa: E402
+
+# Colour-blind-safe cycle (Okabe-Ito), in the order chapters should use for method, baseline, control, ...
+COLORS = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000"]
+
+STYLE = {
+    "figure.dpi": 110,
+    "savefig.dpi": 110,
+    "figure.figsize": (6.4, 3.6),
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.titlesize": 11,
+    "axes.labelsize": 10,
+    "legend.fontsize": 8.5,
+    "legend.frameon": False,
+    "xtick.labelsize": 9,
+    "ytick.labelsize": 9,
+    "axes.prop_cycle": matplotlib.cycler(color=COLORS),
+    "lines.linewidth": 1.6,
+}
+
+
+def use_book_style() -> None:
+    """Apply the book's style to matplotlib (call once, in a chapter's set-up cell)."""
+    plt.rcParams.update(STYLE)
+
+
+def panels(ncols: int = 1, nrows: int = 1, width: float = 3.4, height: float = 3.0, **kw):
+    """``fig, axes`` with panels of ``width`` x ``height`` inches; ``axes`` is always a flat list."""
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False,
+                             constrained_layout=True, **kw)
+    return fig, list(axes.ravel())
