@@ -47,7 +47,7 @@ def _jsonable(x: Any) -> Any:
         return x.tolist()
     if hasattr(x, "__dict__"):
         return vars(x)
-    return str(x)
+    raise TypeError(f"cannot store {type(x).__name__} in a ledger record")
 
 
 def peak_memory_mib() -> float:

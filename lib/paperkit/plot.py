@@ -2,9 +2,7 @@
 from __future__ import annotations
 
 import matplotlib
-
-matplotlib.use("Agg")  # executed headless under papermill / nbmake; the inline backend still shows figures
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
 # Colour-blind-safe cycle (Okabe-Ito), in the order chapters should use for method, baseline, control, ...
 COLORS = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000"]

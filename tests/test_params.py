@@ -1,0 +1,41 @@
+import pytest
+
+from paperkit import params
+from paperkit.params import ParameterError
+
+SPEC = {"seed": params.Int(min=0), "scale": params.Float(min=0.1, max=10), "device": params.Device(),
+        "mode": params.Choice(("a", "b"))}
+GOOD = {"seed": 3, "scale": 2, "device": "cpu", "mode": "a"}
+
+
+def test_good_parameters_pass_and_are_converted():
+    cfg = params.parse(dict(GOOD, np=__import__("numpy"), _hidden=1, In=[], Out={}), SPEC)
+    assert cfg.seed == 3 and cfg.scale == 2.0 and isinstance(cfg.scale, float) and cfg.device == "cpu"
+
+
+def test_imported_functions_and_classes_are_not_parameters():
+    assert params.parse(dict(GOOD, parse=params.parse, Int=params.Int), SPEC).mode == "a"
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"bogus": 1}, r"unknown parameter\(s\) \['bogus'\]; this chapter accepts: \['device', 'mode', 'scale', 'seed'\]"),
+    ({"seed": 1.5}, r"parameter 'seed' must be an integer, got 1.5"),
+    ({"seed": True}, r"parameter 'seed' must be an integer"),
+    ({"seed": "0"}, r"parameter 'seed' must be an integer"),
+    ({"seed": -1}, r"parameter 'seed' must be >= 0, got -1"),
+    ({"scale": -2.0}, r"parameter 'scale' must be >= 0.1, got -2.0"),
+    ({"scale": 1e9}, r"parameter 'scale' must be <= 10"),
+    ({"scale": float("nan")}, r"parameter 'scale' must be a number, got NaN"),
+    ({"scale": "big"}, r"parameter 'scale' must be a number"),
+    ({"device": "cuda:7"}, r"parameter 'device'='cuda:7' is not available on this machine; allowed: \["),
+    ({"device": 0}, r"parameter 'device' must be a device string"),
+    ({"mode": "c"}, r"parameter 'mode' must be one of \['a', 'b'\], got 'c'"),
+])
+def test_bad_parameters_fail_naming_the_parameter(bad, message):
+    with pytest.raises(ParameterError, match=message):
+        params.parse(dict(GOOD, **bad), SPEC)
+
+
+def test_missing_parameter_is_reported():
+    with pytest.raises(ParameterError, match=r"\['mode'\] missing"):
+        params.parse({k: v for k, v in GOOD.items() if k != "mode"}, SPEC)
