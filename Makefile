@@ -15,12 +15,13 @@ $(STAMP): requirements.txt pyproject.toml
 ## make book: environment, every chapter executed once (cached), the site in _build/html
 book: $(STAMP)
 	$(PY) tools/run_book.py --jobs $(JOBS)
+	$(PY) benchmarks/run_benchmarks.py --quick
 	$(PY) tools/build_site.py
 
 ## make test: unit and house-rule tests, every chapter with its claims, the book build, offline and browser checks
 test: $(STAMP) browser-deps
 	$(PY) -m pytest -m "not book" -n 2 -p no:cacheprovider tests
-	$(PY) tools/run_book.py --jobs 2
+	$(PY) tools/run_book.py --jobs 2 --force
 	$(PY) tools/build_site.py
 	$(PY) -m pytest -m book -p no:cacheprovider tests
 

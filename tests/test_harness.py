@@ -38,17 +38,30 @@ def test_papermill_fails_on_broken_notebooks(tmp_path, fixture, message):
     assert r.returncode != 0 and message in r.stderr + r.stdout
 
 
+def chapter_and_size_knob():
+    """The book's first chapter and the name of its size knob (read from its parameters cell)."""
+    import nbformat
+    from house_rules import SIZE_KNOBS
+    from run_book import toc_notebooks
+    nb_path = ROOT / toc_notebooks()[0]
+    cell = next(c for c in nbformat.read(nb_path, as_version=4).cells if "parameters" in c.metadata.get("tags", []))
+    return nb_path, SIZE_KNOBS.search(cell.source).group(1)
+
+
+CHAPTER, SIZE = chapter_and_size_knob()
+
+
 @pytest.mark.parametrize("name, value, message", [
-    ("bogus", 1, "unknown parameter(s) ['bogus']"),
-    ("seed", "abc", "parameter 'seed' must be an integer"),
-    ("seed", -3, "parameter 'seed' must be >= 0"),
-    ("scale", -1.0, "parameter 'scale' must be >= 0.01"),
-    ("device", "cuda", "parameter 'device'='cuda' is not available on this machine"),
+    ("bogus", 1, "unknown parameter(s) ['bogus']; this chapter accepts: ["),
+    ("seed", "abc", "parameter 'seed' must be an integer, got 'abc'"),
+    ("seed", -3, "parameter 'seed' must be >= 0, got -3"),
+    (SIZE, -1, f"parameter '{SIZE}' must be >= "),
+    ("device", "cuda:99", "parameter 'device'='cuda:99' is not available on this machine; allowed: ['cpu'"),
 ])
-def test_bad_parameters_stop_the_run_with_a_message(tmp_path, name, value, message):
-    r = papermill(FIX / "good_claims.ipynb", tmp_path / "out.ipynb", tmp_path / "res", (name, value))
-    assert r.returncode != 0 and message in r.stderr + r.stdout
-    assert not (tmp_path / "res" / "fixture_good_claims.json").exists()
+def test_bad_parameters_stop_a_chapter_with_a_message(tmp_path, name, value, message):
+    r = papermill(CHAPTER, tmp_path / "out.ipynb", tmp_path / "res", (name, value), cwd=CHAPTER.parent)
+    assert r.returncode != 0 and message in r.stderr + r.stdout, (r.stderr + r.stdout)[-3000:]
+    assert not (tmp_path / "res").exists(), "a run stopped by bad parameters writes no ledger record"
 
 
 def test_nbmake_path(tmp_path):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
-from run_book import EXECUTED, RESULTS, toc_notebooks  # noqa: E402
+from run_book import EXECUTED, RESULTS, lib_hash, toc_notebooks  # noqa: E402
 
 SRC = ROOT / "_build" / "src"
 
@@ -77,6 +77,16 @@ def status_page(records: list[dict]) -> str:
         lines += ["", "## Not reproduced in miniature", ""]
         lines += [f"- **{r['slug']} {c['id']}**: {c['text']} Measured {c['measured']:.4g}, check "
                   f"{c['op']} {c['threshold']:.4g}. Why: {c['reason']}" for r, c in not_rep]
+    bench = ROOT / "_build" / "benchmarks.json"
+    b = json.loads(bench.read_text()) if bench.exists() else None
+    if b is not None and b["lib_hash"] == lib_hash():
+        lines += ["", "## Kernel speed", "",
+                  "Each kernel's speed as a ratio to its baseline (baseline time over kernel time, median of "
+                  "interleaved repeats in one run; above 1 means the kernel is faster), from `make bench`"
+                  + (" in quick mode (small sizes)" if b["quick"] else "") + ".", "",
+                  "| kernel | baseline | ratio | shape | work |", "| --- | --- | --- | --- | --- |"]
+        lines += [f"| `{r['kernel']}` | {r['baseline']} | {r['ratio']:.2f} | {r['shape']} | {r['work']} |"
+                  for r in b["rows"]]
     env = records[0] if records else {"versions": {}, "git_commit": "?", "lib_hash": "?"}
     lines += ["", "## Environment", "",
               f"Commit `{env['git_commit']}`, paperkit hash `{env['lib_hash']}`. Packages: "
