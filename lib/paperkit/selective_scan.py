@@ -1,0 +1,142 @@
+"""The selective scan (the recurrence inside Mamba-style selective SSMs), in three forms with one signature.
+
+For each batch row b and channel d, with state x in R^N and input-dependent step size Delta_t:
+
+    x_t = exp(Delta_t * A) * x_{t-1} + Delta_t * B_t * u_t        (diagonal A: element-wise over the N states)
+    y_t = <C_t, x_t> + D * u_t
+
+Shapes (the argument order and layout of mamba-ssm's ``selective_scan_ref``, without its gating ``z``):
+``u``, ``delta``: (batch, D, L); ``A``: (D, N); ``B``, ``C``: (batch, N, L) (shared across channels);
+``D``: (D,) or None. Returns ``y`` (batch, D, L), and the last state ``x_L`` (batch, D, N) when asked.
+
+* :func:`selective_scan_ref`: the oracle, a per-timestep loop in Torch (vectorised over batch, channels and states,
+  as mamba-ssm's reference), differentiable by autograd.
+* :func:`selective_scan_numba`: the fast forward kernel, a compiled loop over (batch, channel) pairs in parallel,
+  timesteps and states inside; NumPy in, NumPy out.
+* :func:`selective_scan_torch`: differentiable and fast enough to train with: a chunked parallel (Hillis-Steele)
+  scan, log2(chunk) vectorised steps per chunk, the state carried between chunks.
+"""
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+
+def _check(u, delta, A, B, C, D) -> tuple[int, int, int, int]:
+    """Validate shapes; return (batch, D, L, N)."""
+    if u.ndim != 3:
+        raise ValueError(f"u must be (batch, D, L), got shape {tuple(u.shape)}")
+    b, d, L = u.shape
+    if tuple(delta.shape) != (b, d, L):
+        raise ValueError(f"delta must have u's shape {(b, d, L)}, got {tuple(delta.shape)}")
+    if A.ndim != 2 or A.shape[0] != d:
+        raise ValueError(f"A must be (D={d}, N), got {tuple(A.shape)}")
+    n = A.shape[1]
+    for name, M in (("B", B), ("C", C)):
+        if tuple(M.shape) != (b, n, L):
+            raise ValueError(f"{name} must be (batch, N, L) = {(b, n, L)}, got {tuple(M.shape)}")
+    if D is not None and tuple(D.shape) != (d,):
+        raise ValueError(f"D must be (D,) = ({d},), got {tuple(D.shape)}")
+    return b, d, L, n
+
+
+def selective_scan_ref(u, delta, A, B, C, D=None, delta_softplus=False, return_last_state=False):
+    """Oracle: the recurrence one timestep at a time (Torch tensors; differentiable). See the module docstring."""
+    bsz, d, L, n = _check(u, delta, A, B, C, D)
+    if delta_softplus:
+        delta = F.softplus(delta)
+    x = u.new_zeros(bsz, d, n)
+    ys = []
+    for t in range(L):
+        dt = delta[:, :, t, None]  # (b, d, 1)
+        # x_t = exp(Delta_t A) x_{t-1} + Delta_t B_t u_t
+        x = torch.exp(dt * A) * x + dt * B[:, None, :, t] * u[:, :, t, None]
+        # y_t = <C_t, x_t>
+        ys.append(torch.einsum("bdn,bn->bd", x, C[:, :, t]))
+    y = torch.stack(ys, dim=-1)
+    if D is not None:
+        y = y + D[:, None] * u
+    return (y, x) if return_last_state else y
+
+
+@numba.njit(parallel=True, fastmath=True, cache=True)
+def _scan_numba(u, delta, A, B, C, Dv, has_D, y, x_last):
+    bsz, d, L = u.shape
+    n = A.shape[1]
+    for p in numba.prange(bsz * d):
+        b, c = p // d, p % d
+        x = np.zeros(n, dtype=u.dtype)
+        for t in range(L):
+            dt = delta[b, c, t]
+            du = dt * u[b, c, t]
+            acc = 0.0
+            for k in range(n):
+                x[k] = math.exp(dt * A[c, k]) * x[k] + du * B[b, k, t]
+                acc += C[b, k, t] * x[k]
+            y[b, c, t] = acc + (Dv[c] * u[b, c, t] if has_D else 0.0)
+        x_last[b, c, :] = x
+
+
+def selective_scan_numba(u, delta, A, B, C, D=None, delta_softplus=False, return_last_state=False):
+    """Fast forward kernel (NumPy arrays, float32 or float64; all arguments converted to ``u``'s dtype)."""
+    u = np.ascontiguousarray(u)
+    if u.dtype not in (np.float32, np.float64):
+        raise ValueError(f"u must be float32 or float64, got {u.dtype}")
+    cast = lambda a: np.ascontiguousarray(a, dtype=u.dtype)  # noqa: E731
+    delta, A, B, C = cast(delta), cast(A), cast(B), cast(C)
+    bsz, d, L, n = _check(u, delta, A, B, C, D)
+    if delta_softplus:
+        # softplus(x) = log(1 + e^x), computed stably
+        delta = np.logaddexp(0.0, delta).astype(u.dtype)
+    Dv = cast(D) if D is not None else np.zeros(d, dtype=u.dtype)
+    y = np.empty_like(u)
+    x_last = np.empty((bsz, d, n), dtype=u.dtype)
+    _scan_numba(u, delta, A, B, C, Dv, D is not None, y, x_last)
+    return (y, x_last) if return_last_state else y
+
+
+def _parallel_scan(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Inclusive scan of h_t = a_t h_{t-1} + b_t along dim 2 (h_{-1} = 0) by Hillis-Steele doubling.
+
+    After the step with offset s, (a_t, b_t) holds the composition of the affine maps over (t-2s, t]; log2(T) steps.
+    Out of place, so autograd differentiates it.
+    """
+    T = a.shape[2]
+    s = 1
+    while s < T:
+        b = torch.cat([b[:, :, :s], a[:, :, s:] * b[:, :, :-s] + b[:, :, s:]], dim=2)
+        a = torch.cat([a[:, :, :s], a[:, :, s:] * a[:, :, :-s]], dim=2)
+        s *= 2
+    return a, b
+
+
+def selective_scan_torch(u, delta, A, B, C, D=None, delta_softplus=False, return_last_state=False, chunk=64):
+    """Differentiable chunked parallel scan; same result as :func:`selective_scan_ref` up to rounding.
+
+    Within a chunk of ``chunk`` timesteps the affine maps x -> exp(Delta A) x + Delta B u are composed by a parallel
+    scan; the state entering the chunk is carried by the cumulative decay. Memory O(batch D chunk N) per chunk.
+    """
+    bsz, d, L, n = _check(u, delta, A, B, C, D)
+    if chunk < 1:
+        raise ValueError(f"chunk must be >= 1, got {chunk}")
+    if delta_softplus:
+        delta = F.softplus(delta)
+    x = u.new_zeros(bsz, d, n)
+    ys = []
+    for s in range(0, L, chunk):
+        dt = delta[:, :, s:s + chunk, None]  # (b, d, T, 1)
+        a = torch.exp(dt * A[:, None, :])  # (b, d, T, n): exp(Delta_t A)
+        bu = dt * B[:, None, :, s:s + chunk].transpose(-1, -2) * u[:, :, s:s + chunk, None]  # Delta_t B_t u_t
+        a_cum, h = _parallel_scan(a, bu)
+        # x_t = (prod_{r<=t} a_r) x_in + h_t
+        xs = a_cum * x[:, :, None, :] + h
+        ys.append(torch.einsum("bdtn,bnt->bdt", xs, C[:, :, s:s + chunk]))
+        x = xs[:, :, -1]
+    y = torch.cat(ys, dim=-1)
+    if D is not None:
+        y = y + D[:, None] * u
+    return (y, x) if return_last_state else y
