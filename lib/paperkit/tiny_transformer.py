@@ -1,0 +1,149 @@
+"""One tiny pre-LN transformer, shared by the sequence-model chapters (do not write another).
+
+Options the chapters need: causal or bidirectional attention; positional encodings ``learned``, ``sinusoidal``,
+``rope`` or ``none`` (additive ones scaled by ``pe_scale``); looping the whole block stack ``n_loops`` times, with a
+per-sample loop count for halting experiments; and every layer's attention probabilities returned on request.
+
+Shapes: tokens (batch, L) int64 -> logits (batch, L, vocab); attention probabilities (batch, heads, L, L).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+POS_KINDS = ("learned", "sinusoidal", "rope", "none")
+
+
+@dataclass(frozen=True)
+class TinyConfig:
+    """Hyper-parameters of :class:`TinyTransformer`; every field is validated on construction."""
+
+    vocab: int
+    d_model: int = 32
+    n_heads: int = 2
+    n_layers: int = 2
+    max_len: int = 128
+    pos: str = "learned"
+    pe_scale: float = 1.0
+    causal: bool = True
+    n_loops: int = 1
+
+    def __post_init__(self):
+        for name in ("vocab", "d_model", "n_heads", "n_layers", "max_len", "n_loops"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"TinyConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.d_model % self.n_heads:
+            raise ValueError(f"TinyConfig.d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+        if self.pos not in POS_KINDS:
+            raise ValueError(f"TinyConfig.pos must be one of {POS_KINDS}, got {self.pos!r}")
+        if self.pos == "rope" and (self.d_model // self.n_heads) % 2:
+            raise ValueError("TinyConfig: rope needs an even head dimension")
+
+
+def sinusoidal_pe(max_len: int, d: int) -> torch.Tensor:
+    """PE[p, 2i] = sin(p / 10000^(2i/d)), PE[p, 2i+1] = cos(p / 10000^(2i/d)); shape (max_len, d)."""
+    p = torch.arange(max_len, dtype=torch.float32)[:, None]
+    freq = torch.exp(-math.log(10000.0) * torch.arange(0, d, 2, dtype=torch.float32) / d)
+    pe = torch.zeros(max_len, d)
+    pe[:, 0::2] = torch.sin(p * freq)
+    pe[:, 1::2] = torch.cos(p * freq[: d // 2])
+    return pe
+
+
+def rope(x: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding of (batch, heads, L, dh): pairs (x_2i, x_2i+1) rotated by angle p * 10000^(-2i/dh)."""
+    L, dh = x.shape[-2], x.shape[-1]
+    theta = torch.exp(-math.log(10000.0) * torch.arange(0, dh, 2, dtype=x.dtype, device=x.device) / dh)
+    ang = torch.arange(L, dtype=x.dtype, device=x.device)[:, None] * theta  # (L, dh/2)
+    cos, sin = torch.cos(ang), torch.sin(ang)
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).flatten(-2)
+
+
+def attention_probs(q: torch.Tensor, k: torch.Tensor, causal: bool) -> torch.Tensor:
+    """softmax(q k^T / sqrt(dh)) with an optional causal mask; (batch, heads, Lq, Lk)."""
+    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if causal:
+        Lq, Lk = scores.shape[-2:]
+        mask = torch.ones(Lq, Lk, dtype=torch.bool, device=q.device).tril(Lk - Lq)
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return scores.softmax(dim=-1)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: TinyConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
+        self.out = nn.Linear(cfg.d_model, cfg.d_model)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        b, L, d = x.shape
+        h = self.cfg.n_heads
+        q, k, v = (t.view(b, L, h, d // h).transpose(1, 2) for t in self.qkv(x).chunk(3, dim=-1))
+        if self.cfg.pos == "rope":
+            q, k = rope(q), rope(k)
+        p = attention_probs(q, k, self.cfg.causal)
+        return self.out((p @ v).transpose(1, 2).reshape(b, L, d)), p
+
+
+class Block(nn.Module):
+    """Pre-LN block: x + Attn(LN(x)), then x + MLP(LN(x)) with a 4x GELU MLP."""
+
+    def __init__(self, cfg: TinyConfig):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(cfg.d_model), nn.LayerNorm(cfg.d_model)
+        self.attn = Attention(cfg)
+        self.mlp = nn.Sequential(nn.Linear(cfg.d_model, 4 * cfg.d_model), nn.GELU(),
+                                 nn.Linear(4 * cfg.d_model, cfg.d_model))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        a, p = self.attn(self.ln1(x))
+        x = x + a
+        return x + self.mlp(self.ln2(x)), p
+
+
+class TinyTransformer(nn.Module):
+    """Embedding, positional encoding, ``n_layers`` blocks (looped ``n_loops`` times), final LN and a linear head."""
+
+    def __init__(self, cfg: TinyConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab, cfg.d_model)
+        if cfg.pos == "learned":
+            self.pe = nn.Parameter(0.02 * torch.randn(cfg.max_len, cfg.d_model))
+        elif cfg.pos == "sinusoidal":
+            self.register_buffer("pe", sinusoidal_pe(cfg.max_len, cfg.d_model), persistent=False)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.ln_f = nn.LayerNorm(cfg.d_model)
+        self.head = nn.Linear(cfg.d_model, cfg.vocab)
+
+    def forward(self, tokens: torch.Tensor, n_loops: int | torch.Tensor | None = None, return_attn: bool = False):
+        """Logits (batch, L, vocab); with ``return_attn`` also the list of every applied layer's probabilities.
+
+        ``n_loops`` overrides the config: an int, or a (batch,) tensor of per-sample loop counts (a sample whose
+        count is reached keeps its hidden state while the others go on looping).
+        """
+        b, L = tokens.shape
+        if L > self.cfg.max_len:
+            raise ValueError(f"sequence length {L} exceeds max_len {self.cfg.max_len}")
+        x = self.embed(tokens)
+        if self.cfg.pos in ("learned", "sinusoidal"):
+            x = x + self.cfg.pe_scale * self.pe[:L]
+        loops = self.cfg.n_loops if n_loops is None else n_loops
+        per_sample = torch.is_tensor(loops)
+        if per_sample and (loops.shape != (b,) or int(loops.min()) < 0):
+            raise ValueError(f"per-sample n_loops must be a ({b},) tensor of counts >= 0")
+        attn = []
+        for i in range(int(loops.max()) if per_sample else loops):
+            x_new = x
+            for blk in self.blocks:
+                x_new, p = blk(x_new)
+                attn.append(p)
+            x = torch.where((i < loops)[:, None, None], x_new, x) if per_sample else x_new
+        logits = self.head(self.ln_f(x))
+        return (logits, attn) if return_attn else logits
