@@ -63,3 +63,9 @@ def test_config_keeps_execution_off_and_toc_only():
     assert cfg["only_build_toc_files"] is True
     assert cfg["execute"]["execute_notebooks"] == "off"
     assert "sphinx-mathjax-offline" in cfg["sphinx"]["extra_extensions"]
+
+
+def test_api_page_documents_every_paperkit_module():
+    api = (ROOT / "book" / "api.md").read_text()
+    modules = sorted(p.stem for p in (ROOT / "lib" / "paperkit").glob("*.py") if p.stem != "__init__")
+    assert [m for m in modules if f"automodule:: paperkit.{m}\n" not in api] == []
