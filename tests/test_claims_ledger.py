@@ -82,3 +82,14 @@ def test_atomic_write_leaves_old_file_on_error(tmp_path):
 def test_claim_table_marks_not_reproduced():
     rec = {"claims": [make(measured=0.1, expect="not reproduced", reason="tiny").as_dict()]}
     assert "**not reproduced** (tiny)" in claim_table(rec)
+
+
+def test_notes_accept_numpy_arrays_and_scalars(results_dir):
+    import numpy as np
+    led = Ledger("demo", "Demo", "part", cfg())
+    led.note("curve", np.arange(3.0))
+    led.note("value", np.float64(0.5))
+    led.claim("C1", "ok", kind="theorem", measured=np.float32(2), op=">", threshold=1)
+    led.finish()
+    rec = json.loads((results_dir / "demo.json").read_text())
+    assert rec["notes"] == {"curve": [0.0, 1.0, 2.0], "value": 0.5}

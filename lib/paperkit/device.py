@@ -20,9 +20,14 @@ def setup_torch(device: str = "cpu") -> torch.device:
     """Return ``torch.device(device)`` after the settings every chapter wants.
 
     Flush-to-zero for denormals: small models with tiny weights otherwise run 15-30x slower on this CPU.
-    Threads: ``PAPERKIT_THREADS`` (set to 1 by the runner when two chapters run at once), else at most 2.
+    Threads: ``PAPERKIT_THREADS`` (set to 1 by the runner when two chapters run at once), else at most 2, for
+    Torch and for the BLAS under NumPy alike: on a shared two-core machine a second BLAS thread that waits for a
+    busy core stalls small matrix products by 10x or more.
     """
+    from threadpoolctl import threadpool_limits
+
     torch.set_flush_denormal(True)
     threads = int(os.environ.get("PAPERKIT_THREADS", "0")) or min(2, os.cpu_count() or 1)
     torch.set_num_threads(threads)
+    threadpool_limits(threads, user_api="blas")
     return torch.device(device)

@@ -41,9 +41,7 @@ def write_json_atomic(path: Path, obj: Any) -> None:
 
 
 def _jsonable(x: Any) -> Any:
-    if hasattr(x, "item"):  # numpy / torch scalars
-        return x.item()
-    if hasattr(x, "tolist"):
+    if hasattr(x, "tolist"):  # numpy / torch arrays and scalars (a 0-d array's tolist() is its number)
         return x.tolist()
     if hasattr(x, "__dict__"):
         return vars(x)
