@@ -23,6 +23,9 @@ def setup_torch(device: str = "cpu") -> torch.device:
     Threads: ``PAPERKIT_THREADS`` (set to 1 by the runner when two chapters run at once), else at most 2, for
     Torch and for the BLAS under NumPy alike: on a shared two-core machine a second BLAS thread that waits for a
     busy core stalls small matrix products by 10x or more.
+
+    Flush-to-zero also reaches NumPy's LAPACK: ``numpy.linalg.lstsq`` (SVD) may then fail to converge on exactly
+    collinear columns; use ``scipy.linalg.lstsq(..., lapack_driver="gelsy")`` for such least-squares problems.
     """
     from threadpoolctl import threadpool_limits
 

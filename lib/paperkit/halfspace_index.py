@@ -8,9 +8,11 @@ structure, so this index is OUR reading, not Louver's:
   member distance becomes a cluster of its own (one far key would otherwise inflate a whole cluster's ball).
   Cluster c keeps its centre mu_c (member mean), a radius r_c = max ||k - mu_c|| over members (a ball), and
   per-coordinate bounds lo_c <= k <= hi_c (a box).
-* query(q, tau): each cluster gets an upper bound on q.k over its members,
+* query(q, tau): each cluster gets an upper bound on q.k over its members::
+
       ball:  q.k <= q.mu_c + ||q|| r_c                       (Cauchy-Schwarz)
       box:   q.k <= sum_j max(q_j lo_cj, q_j hi_cj)          (coordinate-wise)
+
   A cluster whose bound is below tau cannot hold a key of the halfspace and is skipped; every other cluster is
   scanned exactly. The answer is therefore exactly {k : q.k >= tau}, whatever q, tau or the clustering.
 * insert(k): the new key joins the nearest cluster if it lies within that cluster's reach (``outlier_factor``

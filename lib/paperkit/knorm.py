@@ -376,6 +376,7 @@ def releases(S, Z_unit, lap_unit, eps: float, n: int, trace_frac: float = 0.25) 
     * ``pp_adaptive``: budget split eps_1 = trace_frac * eps for a Laplace trace t_hat = tr S + Lap(1/(eps_1 n))
       (tr S moves by at most 1/n between neighbours), eps - eps_1 for K-norm noise, projection onto
       {PSD, tr <= clip(t_hat, 0, 1)}; eps-DP by basic composition.
+
     ``Z_unit`` (draws, d, d) are unit K-norm draws and ``lap_unit`` (draws,) standard Laplace draws, shared across
     n so that curves differ by the method, not by the noise.
     """

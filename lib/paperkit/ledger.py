@@ -147,3 +147,15 @@ def provenance_line(rec: dict[str, Any]) -> str:
     params = ", ".join(f"{k}={v!r}" for k, v in rec["parameters"].items())
     return (f"*Provenance:* commit `{rec['git_commit']}`, paperkit `{rec['lib_hash']}`, seed {rec['seed']}, "
             f"parameters ({params}); ran in {rec['run_time_s']:.1f} s, peak memory {rec['peak_memory_mib']:.0f} MiB.")
+
+
+def glue(name: str, value: Any, display: bool = False) -> None:
+    """Glue a measured number for ``{glue:text}`name:.3f``` in the chapter's prose (myst-nb); shown here if ``display``.
+
+    NumPy and Torch scalars become Python numbers first: under NumPy 2 their repr (``np.float64(0.5)``) is what
+    myst-nb would store, and its number formats cannot parse that.
+    """
+    from myst_nb import glue as _glue
+
+    _glue(name, value.item() if hasattr(value, "item") and getattr(value, "ndim", 0) == 0 else value,
+          display=display)

@@ -1,12 +1,15 @@
 """Single-query decoding attention, dense and sparse, and the budget baselines the halfspace index is set against.
 
-Attention of one query q (d,) over keys K (n, d) and values V (n, dv):
+Attention of one query q (d,) over keys K (n, d) and values V (n, dv)::
+
     out = sum_i w_i v_i,   w = softmax(q.K^T / sqrt(d))
+
 :func:`dense_attention` runs it through torch ``scaled_dot_product_attention`` (FlashAttention's CPU sibling);
 :func:`dense_attention_ref` is the plain NumPy reference with the same signature. :func:`subset_attention` is the
 same softmax restricted to a set of key ids (the other keys get weight 0).
 
 Budget baselines, each picking at most ``budget`` keys for every decoding step:
+
 * StreamingLLM (Xiao et al.): the first ``n_sink`` tokens plus the most recent ones (:func:`streaming_ids`);
 * H2O (Zhang et al.): recent tokens plus "heavy hitters", the keys with the largest attention accumulated over
   past queries; an evicted key never comes back (:class:`H2OCache`);
