@@ -94,7 +94,12 @@ def resources_loaded(drv):
 
 
 def test_browser_index_and_sidebar(browser):
-    open_page(browser, "index.html")
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    # index.html is jupyter-book's redirect to the intro page: wait until the browser has followed it
+    browser.get((HTML / "index.html").as_uri())
+    WebDriverWait(browser, 20).until(lambda d: d.current_url.endswith("book/intro.html"))
+    open_page(browser, "book/intro.html")
     links = browser.execute_script(
         "return [...document.querySelectorAll('.bd-sidebar a, nav.bd-links a')].map(a => a.getAttribute('href'))")
     for nb in CHAPTERS:

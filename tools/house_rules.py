@@ -56,6 +56,8 @@ def check_notebook(path: Path, require_ledger: bool = True) -> list[str]:
         out.append(f"{name}: installs packages at run time")
     if NETWORK.search(all_code):
         out.append(f"{name}: reaches the network at run time ({NETWORK.search(all_code).group(0).strip()})")
+    if re.search(r"from myst_nb import glue", all_code):
+        out.append(f"{name}: glue through paperkit.ledger.glue (myst-nb cannot format NumPy scalars' reprs)")
     long = [i for i, c in enumerate(code) if len(c.source.splitlines()) > MAX_CELL_LINES]
     if long:
         out.append(f"{name}: code cell(s) {long} over {MAX_CELL_LINES} lines: long code belongs in lib/")
