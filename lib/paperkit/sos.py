@@ -1,0 +1,185 @@
+"""A sum-of-squares lower bound as a differentiable convex layer, dense or clique-sparse (chordal).
+
+For a polynomial f with coefficients c (one per monomial alpha) the layer computes
+
+    gamma*(c) = max gamma  s.t.  f - gamma = sum_k m_k(x)^T Q_k m_k(x),  Q_k PSD,
+
+where m_k are the monomials of degree <= d in the variables of clique k. One clique holding every variable is the
+dense program; the cliques {x_i, x_{i+1}} of a chain are the sparse one (Waki et al. 2006, correlative sparsity).
+
+Backward pass (our reading of the paper's Theorem): gamma* is the optimal value of a conic program whose data c
+enter only the right-hand side of the coefficient-matching equalities, so by the envelope theorem
+d gamma*/d c_alpha = y_alpha, the optimal dual (pseudo-moment) of the equality for monomial alpha. The gradient is
+read off the same sparse program that was solved: no dense certificate and no dense KKT system is formed.
+
+cvxpy + Clarabel solve the SDP; nothing here re-implements a conic solver. ``solve_ref`` has the same signature as
+``solve`` and differentiates by central finite differences (re-solving the program), the reference for the tests.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import cvxpy as cp
+import numpy as np
+import scipy.sparse as sp
+
+
+def monomial_basis(vars: list[int], n: int, deg: int) -> list[tuple[int, ...]]:
+    """Exponent tuples (length ``n``) of all monomials of degree <= ``deg`` in the variables ``vars``."""
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    if deg < 0:
+        raise ValueError(f"deg must be >= 0, got {deg}")
+    if any(v < 0 or v >= n for v in vars):
+        raise ValueError(f"vars must lie in [0, {n}), got {vars}")
+    out = []
+    for d in range(deg + 1):
+        for combo in itertools.combinations_with_replacement(sorted(vars), d):
+            e = [0] * n
+            for v in combo:
+                e[v] += 1
+            out.append(tuple(e))
+    return out
+
+
+def chain_cliques(n: int) -> list[list[int]]:
+    """Cliques {i, i+1} of the chain graph on ``n`` variables (chordal; a single clique when n = 1)."""
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    return [[0]] if n == 1 else [[i, i + 1] for i in range(n - 1)]
+
+
+def chain_poly(theta: np.ndarray) -> dict[tuple[int, ...], float]:
+    """Coefficients of f_theta(x) = sum_i (x_i^2 - 1)^2 + sum_i theta_i x_i x_{i+1} + 1/2 sum_i x_i^2 x_{i+1}^2.
+
+    ``theta`` has shape (n-1,); the polynomial has n variables. Returns {exponent tuple: coefficient}.
+    """
+    theta = np.asarray(theta, dtype=float)
+    if theta.ndim != 1:
+        raise ValueError(f"theta must be 1-D, got shape {theta.shape}")
+    n = theta.size + 1
+    f: dict[tuple[int, ...], float] = {}
+
+    def add(e, v):
+        f[tuple(e)] = f.get(tuple(e), 0.0) + float(v)
+
+    for i in range(n):
+        # (x_i^2 - 1)^2 = x_i^4 - 2 x_i^2 + 1
+        e = [0] * n; e[i] = 4; add(e, 1.0)
+        e = [0] * n; e[i] = 2; add(e, -2.0)
+        add([0] * n, 1.0)
+    for i in range(n - 1):
+        e = [0] * n; e[i] = 1; e[i + 1] = 1; add(e, theta[i])
+        e = [0] * n; e[i] = 2; e[i + 1] = 2; add(e, 0.5)
+    return f
+
+
+def chain_theta_index(n: int) -> list[tuple[int, ...]]:
+    """Monomials x_i x_{i+1}, i = 0..n-2: the ones theta_i multiplies (so d gamma/d theta_i = grad at these)."""
+    out = []
+    for i in range(n - 1):
+        e = [0] * n; e[i] = 1; e[i + 1] = 1
+        out.append(tuple(e))
+    return out
+
+
+@dataclass
+class SOSProgram:
+    """A parametrised (DPP) cvxpy SOS program; build once with :func:`build`, then :func:`solve` many times.
+
+    ``monos``: the M monomials the identity is matched on; ``index``: monomial -> row; ``block_sizes``: the PSD
+    block sizes s_k; ``c``: the cvxpy Parameter of shape (M,) holding f's coefficients; ``match``: the vector
+    equality constraint whose dual is the pseudo-moment vector y.
+    """
+
+    n: int
+    monos: list
+    index: dict
+    block_sizes: list
+    problem: cp.Problem
+    c: cp.Parameter
+    gamma: cp.Variable
+    match: cp.Constraint
+
+    @property
+    def n_sdp_vars(self) -> int:
+        """Scalar unknowns in the Gram matrices: sum_k s_k (s_k + 1) / 2 (the counted work)."""
+        return int(sum(s * (s + 1) // 2 for s in self.block_sizes))
+
+    def coeff_vector(self, poly: dict) -> np.ndarray:
+        """f's coefficients as a length-M vector over ``monos``; a monomial outside the program raises."""
+        v = np.zeros(len(self.monos))
+        for e, val in poly.items():
+            if len(e) != self.n:
+                raise ValueError(f"poly: monomial {e} has {len(e)} exponents, program has n = {self.n}")
+            if e not in self.index:
+                raise ValueError(f"poly: monomial {e} is not representable by these cliques")
+            v[self.index[e]] += val
+        return v
+
+
+def build(n: int, cliques: list[list[int]], half_deg: int = 2) -> SOSProgram:
+    """The program max gamma s.t. f - gamma = sum_k m_k^T Q_k m_k with m_k the degree <= ``half_deg`` monomials."""
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    if not cliques:
+        raise ValueError("cliques must be non-empty")
+    bases = [monomial_basis(k, n, half_deg) for k in cliques]
+    monos = sorted({tuple(a + b for a, b in zip(u, w)) for B in bases for u in B for w in B})
+    index = {e: i for i, e in enumerate(monos)}
+    zero = tuple([0] * n)
+    c = cp.Parameter(len(monos))
+    gamma = cp.Variable()
+    lhs = 0
+    Qs = []
+    for B in bases:
+        s = len(B)
+        rows = [index[tuple(a + b for a, b in zip(B[i], B[j]))] for j in range(s) for i in range(s)]
+        # A_k vec(Q_k) collects entries Q_k[i, j] onto the monomial m_i m_j (column-major vec)
+        A = sp.csr_matrix((np.ones(s * s), (rows, np.arange(s * s))), shape=(len(monos), s * s))
+        Q = cp.Variable((s, s), PSD=True)
+        Qs.append(Q)
+        lhs = lhs + A @ cp.vec(Q, order="F")
+    e0 = np.zeros(len(monos)); e0[index[zero]] = 1.0
+    # coefficient matching: sum_k A_k vec(Q_k) + gamma e_0 = c
+    match = lhs + gamma * e0 == c
+    prob = cp.Problem(cp.Maximize(gamma), [match])
+    return SOSProgram(n, monos, index, [len(B) for B in bases], prob, c, gamma, match)
+
+
+def solve(prog: SOSProgram, poly: dict, solver: str = "CLARABEL") -> tuple[float, np.ndarray]:
+    """gamma*(c) and its gradient d gamma*/d c (shape (M,), over ``prog.monos``) from the optimal dual.
+
+    The dual y of the matching equality is a pseudo-moment vector with y_0 = 1 (stationarity in gamma); its
+    sign in cvxpy's convention is fixed by that normalisation, and the value is checked, not rescaled.
+    """
+    prog.c.value = prog.coeff_vector(poly)
+    prog.problem.solve(solver=solver)
+    if prog.problem.status not in ("optimal", "optimal_inaccurate"):
+        raise RuntimeError(f"SOS program not solved: {prog.problem.status}")
+    y = np.asarray(prog.match.dual_value, dtype=float)
+    y0 = y[prog.index[tuple([0] * prog.n)]]
+    if abs(abs(y0) - 1.0) > 1e-4:
+        raise RuntimeError(f"dual normalisation y_0 = {y0}, expected +-1")
+    # d gamma*/d c = y (envelope theorem), with y oriented so that d gamma*/d c_0 = +1
+    return float(prog.gamma.value), y * np.sign(y0)
+
+
+def solve_ref(prog: SOSProgram, poly: dict, solver: str = "CLARABEL", h: float = 1e-4) -> tuple[float, np.ndarray]:
+    """Reference for :func:`solve`: same output, gradient by central differences over f's support (0 elsewhere)."""
+    if h <= 0:
+        raise ValueError(f"h must be > 0, got {h}")
+    g0, _ = solve(prog, poly, solver)
+    grad = np.zeros(len(prog.monos))
+    for e in poly:
+        up, dn = dict(poly), dict(poly)
+        up[e] += h; dn[e] -= h
+        # d gamma/d c_e ~ (gamma(c + h e) - gamma(c - h e)) / 2h
+        grad[prog.index[e]] = (solve(prog, up, solver)[0] - solve(prog, dn, solver)[0]) / (2 * h)
+    return g0, grad
+
+
+def theta_grad(prog: SOSProgram, grad: np.ndarray) -> np.ndarray:
+    """d gamma*/d theta for :func:`chain_poly` (theta_i multiplies x_i x_{i+1}): shape (n-1,)."""
+    return np.array([grad[prog.index[e]] for e in chain_theta_index(prog.n)])
