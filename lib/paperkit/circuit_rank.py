@@ -1,6 +1,7 @@
 """Exact rank checks for probabilistic circuits (PCs) versus logit-space heads.
 
 Three enumerable objects:
+
 - ``separation_rank(P, split)``: the separation rank of a joint table P over n binary variables across the
   partition (A = split, B = the rest), i.e. the matrix rank of P reshaped to (2^|A|, 2^|B|).
 - ``pc_joint_table(tree, n_vars, k, rng)``: the full joint table of a small structured-decomposable PC over a
