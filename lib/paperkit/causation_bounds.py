@@ -127,6 +127,16 @@ def _check_probs(p_exp, p_obs) -> tuple[np.ndarray, np.ndarray]:
     return p_exp, p_obs
 
 
+
+def _check_models(p_exp, p_obs, reps: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """Validated p_exp (M, 2), p_obs (M, 4) sharing M models, and M; reps must be >= 1."""
+    p_exp, p_obs = _check_probs(p_exp, p_obs)
+    if p_exp.ndim != 2 or p_obs.ndim != 2 or p_exp.shape[0] != p_obs.shape[0]:
+        raise ValueError(f"p_exp (M, 2) and p_obs (M, 4) must share M, got {p_exp.shape} and {p_obs.shape}")
+    if reps < 1:
+        raise ValueError(f"reps must be >= 1, got {reps}")
+    return p_exp, p_obs, p_exp.shape[0]
+
 def piece_values(p_exp, p_obs, pcs: Pieces) -> np.ndarray:
     """Every piece evaluated at ``z = (p_exp, p_obs)``: (..., J); NaN where a denominator is <= 0."""
     z = _stack_z(np.asarray(p_exp, dtype=np.float64), np.asarray(p_obs, dtype=np.float64))
@@ -404,12 +414,7 @@ def draw_counts(rng: np.random.Generator, p_exp, p_obs, n_exp, n_obs, reps: int)
     Returns k_exp (M, reps, 2) int64 (successes per arm), k_obs (M, reps, 4) int64 (multinomial cell counts),
     and the per-row sizes n_arm, n_obs as (M, reps) int64 arrays.
     """
-    p_exp, p_obs = _check_probs(p_exp, p_obs)
-    if p_exp.ndim != 2 or p_obs.ndim != 2 or p_exp.shape[0] != p_obs.shape[0]:
-        raise ValueError(f"p_exp (M, 2) and p_obs (M, 4) must share M, got {p_exp.shape} and {p_obs.shape}")
-    if reps < 1:
-        raise ValueError(f"reps must be >= 1, got {reps}")
-    M = p_exp.shape[0]
+    p_exp, p_obs, M = _check_models(p_exp, p_obs, reps)
     n_exp = _sizes(n_exp, "n_exp", M, reps)
     if np.any(n_exp % 2):
         raise ValueError("n_exp must be even (it is split equally over the two arms)")
@@ -540,12 +545,7 @@ def coverage_sim(rng: np.random.Generator, p_exp, p_obs, n_exp, n_obs, reps: int
     pilot-based design vary from one repetition to the next). Models are simulated a few at a time so that the
     count arrays stay small.
     """
-    p_exp, p_obs = _check_probs(p_exp, p_obs)
-    if p_exp.ndim != 2 or p_obs.ndim != 2 or p_exp.shape[0] != p_obs.shape[0]:
-        raise ValueError(f"p_exp (M, 2) and p_obs (M, 4) must share M, got {p_exp.shape} and {p_obs.shape}")
-    if reps < 1:
-        raise ValueError(f"reps must be >= 1, got {reps}")
-    M = p_exp.shape[0]
+    p_exp, p_obs, M = _check_models(p_exp, p_obs, reps)
     n_exp, n_obs = _sizes(n_exp, "n_exp", M, reps), _sizes(n_obs, "n_obs", M, reps)
     lo, hi = poc_bounds(p_exp, p_obs, poc)
     err_lo, err_hi = np.empty((M, reps)), np.empty((M, reps))

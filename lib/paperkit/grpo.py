@@ -148,7 +148,8 @@ def _grad_from_counts(k: np.ndarray, G: int, p: np.ndarray, norm: str, eps: floa
     return np.divide(sq, s + eps, out=np.zeros_like(sq), where=sq > 0)
 
 
-def _check_step_args(theta, idx, rewards, lr):
+def _check_theta_idx(theta, idx) -> tuple[np.ndarray, np.ndarray]:
+    """theta as a 1-D float64 array of logits and idx as 1-D integer prompt ids inside it."""
     theta = np.asarray(theta, dtype=np.float64)
     if theta.ndim != 1:
         raise ValueError(f"theta must be 1-D (one logit per prompt), got shape {theta.shape}")
@@ -157,6 +158,11 @@ def _check_step_args(theta, idx, rewards, lr):
         raise ValueError(f"idx must be a 1-D integer array, got shape {idx.shape} dtype {idx.dtype}")
     if idx.size and (idx.min() < 0 or idx.max() >= theta.size):
         raise ValueError(f"idx must lie in [0, {theta.size}), got range [{idx.min()}, {idx.max()}]")
+    return theta, idx
+
+
+def _check_step_args(theta, idx, rewards, lr):
+    theta, idx = _check_theta_idx(theta, idx)
     rewards = np.asarray(rewards, dtype=np.float64)
     _check_rewards(rewards)
     if rewards.shape[0] != idx.size:
@@ -202,14 +208,7 @@ def grpo_step_ref(theta: np.ndarray, idx: np.ndarray, rewards: np.ndarray, lr: f
 
 def _check_sample_args(theta, idx, G):
     G = _check_group_size(G)
-    theta = np.asarray(theta, dtype=np.float64)
-    if theta.ndim != 1:
-        raise ValueError(f"theta must be 1-D, got shape {theta.shape}")
-    idx = np.asarray(idx)
-    if idx.ndim != 1 or not np.issubdtype(idx.dtype, np.integer):
-        raise ValueError(f"idx must be a 1-D integer array, got shape {idx.shape} dtype {idx.dtype}")
-    if idx.size and (idx.min() < 0 or idx.max() >= theta.size):
-        raise ValueError(f"idx must lie in [0, {theta.size}), got range [{idx.min()}, {idx.max()}]")
+    theta, idx = _check_theta_idx(theta, idx)
     return theta, idx, G
 
 
