@@ -332,10 +332,3 @@ def test_binned_helpers_reject_bad_input():
     with pytest.raises(ValueError, match="inside edges"):
         grpo.binned_abs_gap(np.array([2.0]), np.zeros(1), np.zeros(1), np.array([0, 1]))
 
-
-def test_group_size_list_rule():
-    rule = grpo.GroupSizeList(min_G=8, min_len=2)
-    assert rule.check("G_list", [8, 16, 128]) == [8, 16, 128]
-    for bad in ([16, 8], [8, 8], [8], [4, 8], [8, True], "8,16", [8, 16.0]):
-        with pytest.raises(ParameterError, match="G_list"):
-            rule.check("G_list", bad)

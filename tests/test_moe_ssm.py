@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from paperkit import moe_ssm as m
-from paperkit.selective_scan import selective_scan_ref, selective_scan_torch
+from paperkit.selective_scan import ScanCounter, selective_scan_ref, selective_scan_torch
 
 TOL = {torch.float64: dict(rtol=1e-9, atol=1e-10), torch.float32: dict(rtol=2e-4, atol=2e-5)}
 SCANS = {"ref": selective_scan_ref, "torch": lambda *a: selective_scan_torch(*a, chunk=8),
@@ -113,7 +113,7 @@ def test_diagonal_scan_matches_a_plain_loop():
 @pytest.mark.parametrize("E", [1, 2, 5])
 def test_counted_scans_and_state_updates(E):
     args, _ = inputs(2, E, 3, 20, 4, torch.float64, 0)
-    cp, cs = m.ScanCounter(), m.ScanCounter()
+    cp, cs = ScanCounter(), ScanCounter()
     m.moe_param_ssm(*args, scan=cp)
     m.moe_separated_ssm(*args, scan=cs)
     assert (cp.calls, cs.calls) == (1, E)
@@ -162,7 +162,7 @@ def test_regime_task_is_the_stated_filter():
 @pytest.mark.parametrize("design, E", [("dense", 1), ("param", 3), ("separated", 3)])
 def test_model_forward_counts_its_scans(design, E):
     net = m.MoESSM(4, 2, 6, 3, E, design, torch.Generator().manual_seed(0))
-    counter = m.ScanCounter()
+    counter = ScanCounter()
     out, w = net(torch.randn(5, 11, 4), scan=counter, return_router=True)
     assert out.shape == (5, 11, 2) and counter.calls == (E if design == "separated" else 1)
     if design != "dense":

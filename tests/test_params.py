@@ -39,3 +39,28 @@ def test_bad_parameters_fail_naming_the_parameter(bad, message):
 def test_missing_parameter_is_reported():
     with pytest.raises(ParameterError, match=r"\['mode'\] missing"):
         params.parse({k: v for k, v in GOOD.items() if k != "mode"}, SPEC)
+
+
+LIST_SPEC = {"sizes": params.List(params.Int(min=1, max=100), min_len=2, max_len=4, increasing=True),
+             "scales": params.List(params.Float(min=0.0))}
+
+
+def test_list_items_are_checked_and_converted():
+    cfg = params.parse({"sizes": (2, 8, 32), "scales": [1, 0.5]}, LIST_SPEC)
+    assert cfg.sizes == [2, 8, 32] and cfg.scales == [1.0, 0.5] and all(isinstance(s, float) for s in cfg.scales)
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"sizes": 8}, r"parameter 'sizes' must be a list, got 8"),
+    ({"sizes": "8,16"}, r"parameter 'sizes' must be a list"),
+    ({"sizes": [8]}, r"parameter 'sizes' must have 2 to 4 items, got 1"),
+    ({"sizes": [1, 2, 3, 4, 5]}, r"parameter 'sizes' must have 2 to 4 items, got 5"),
+    ({"sizes": [8, 8]}, r"parameter 'sizes' must be strictly increasing"),
+    ({"sizes": [8, 1000]}, r"parameter 'sizes\[1\]' must be <= 100, got 1000"),
+    ({"sizes": [8, 9.5]}, r"parameter 'sizes\[1\]' must be an integer"),
+    ({"scales": [1.0, -1.0]}, r"parameter 'scales\[1\]' must be >= 0.0"),
+    ({"scales": []}, r"parameter 'scales' must have 1 to 64 items, got 0"),
+])
+def test_bad_lists_fail_naming_the_item(bad, message):
+    with pytest.raises(ParameterError, match=message):
+        params.parse(dict({"sizes": [2, 8], "scales": [1.0]}, **bad), LIST_SPEC)

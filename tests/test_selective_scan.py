@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import torch
 
-from paperkit.selective_scan import selective_scan_numba, selective_scan_ref, selective_scan_torch
+from paperkit.selective_scan import ScanCounter, selective_scan_numba, selective_scan_ref, selective_scan_torch
 
 TOL = {torch.float64: dict(rtol=1e-9, atol=1e-10), torch.float32: dict(rtol=2e-4, atol=2e-5)}
 
@@ -68,3 +68,14 @@ def test_bad_shapes_are_rejected(bad, msg):
     for f in (selective_scan_ref, selective_scan_torch):
         with pytest.raises(ValueError, match=msg):
             f(**kw)
+
+
+def test_scan_counter_counts_calls_and_state_updates_and_passes_results_through():
+    u, dr, A, B, C, D = inputs(2, 3, 11, 4, torch.float64, 0)
+    counter = ScanCounter(selective_scan_ref)
+    y, x = counter(u, dr, A, B, C, D, delta_softplus=True, return_last_state=True)
+    counter(u[:1], dr[:1], A, B[:1], C[:1])
+    assert counter.calls == 2 and counter.state_updates == (2 + 1) * 3 * 11 * 4
+    y_ref, x_ref = selective_scan_ref(u, dr, A, B, C, D, delta_softplus=True, return_last_state=True)
+    torch.testing.assert_close(y, y_ref)
+    torch.testing.assert_close(x, x_ref)

@@ -62,6 +62,27 @@ def test_loops_and_per_sample_loop_counts():
         m(x, n_loops=torch.tensor([1, 2]))
 
 
+def test_reinjection_and_per_loop_states_match_a_hand_unrolled_loop():
+    m = model(n_loops=1, reinject=True, pos="none")
+    x = torch.randint(0, 11, (2, 7), generator=torch.Generator().manual_seed(8))
+    logits, states = m(x, n_loops=3, return_states=True)
+    e = m.embed(x)
+    # h_1 = blocks(e), h_{i+1} = blocks(h_i + e): written out by hand for three loops.
+    h = e
+    for i in range(3):
+        h = h + e if i > 0 else h
+        for blk in m.blocks:
+            h, _ = blk(h)
+        torch.testing.assert_close(states[i], h)
+    torch.testing.assert_close(logits, m.readout(h))
+    # Stopping after two loops gives the second state's readout; without reinjection the loops differ.
+    torch.testing.assert_close(m(x, n_loops=2), m.readout(states[1]))
+    plain = model(n_loops=1, reinject=False, pos="none")
+    assert not torch.allclose(plain(x, n_loops=3), logits)
+    with pytest.raises(ValueError, match="n_loops must be an int"):
+        m(x, n_loops=-1)
+
+
 @pytest.mark.parametrize("kw, msg", [({"d_model": 15}, "divisible"), ({"pos": "alibi"}, "pos must be"),
                                      ({"n_layers": 0}, "n_layers must be >= 1")])
 def test_bad_config_is_rejected(kw, msg):

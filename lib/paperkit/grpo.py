@@ -498,23 +498,3 @@ def binned_r2(x: np.ndarray, y: np.ndarray, f: np.ndarray, edges: np.ndarray):
     r2 = 1.0 - float(((ybar - a * fbar) ** 2).sum() / ((ybar - ybar.mean()) ** 2).sum())
     return r2, a, xbar, ybar, fbar
 
-
-@dataclass(frozen=True)
-class GroupSizeList:
-    """A parameter rule for :func:`paperkit.params.parse`: a strictly increasing list of integer group sizes in
-    ``[min_G, max_G]``."""
-
-    min_G: int = 2
-    max_G: int = 4096
-    min_len: int = 1
-    max_len: int = 12
-
-    def check(self, name: str, value) -> list:
-        from paperkit.params import ParameterError
-
-        ok = isinstance(value, (list, tuple)) and self.min_len <= len(value) <= self.max_len and all(
-            isinstance(G, int) and not isinstance(G, bool) and self.min_G <= G <= self.max_G for G in value)
-        if not ok or any(b <= a for a, b in zip(value, value[1:])):
-            raise ParameterError(f"parameter '{name}' must be a strictly increasing list of {self.min_len}-{self.max_len} integers "
-                                 f"in [{self.min_G}, {self.max_G}], got {value!r}")
-        return list(value)

@@ -20,7 +20,7 @@ Shapes (the layout of :mod:`paperkit.selective_scan`, an expert axis E after the
 ``delta_e`` (batch, E, D, L), positive; ``A`` (D, N) shared or (E, D, N) per expert; ``B_e``, ``C_e``
 (batch, E, N, L); ``w`` (batch, E, L); ``D`` (D,) or None. Both designs call a selective scan with the signature of
 :func:`paperkit.selective_scan.selective_scan_ref` (``scan=``, :func:`~paperkit.selective_scan.selective_scan_torch`
-by default; wrap it in :class:`ScanCounter` to count calls and state updates). :func:`moe_param_ssm_ref` and
+by default; wrap it in :class:`~paperkit.selective_scan.ScanCounter` to count calls and state updates). :func:`moe_param_ssm_ref` and
 :func:`moe_separated_ssm_ref` are per-timestep loops with the same signatures that never call a scan.
 
 The rest of the module is the chapter's miniature: a regime-switching filter task, a one-layer model in the three
@@ -36,22 +36,10 @@ import torch.nn.functional as F
 from sklearn.metrics import mutual_info_score
 from torch import nn
 
-from paperkit.selective_scan import selective_scan_numba, selective_scan_torch
+from paperkit.selective_scan import ScanCounter, selective_scan_numba, selective_scan_torch
 from paperkit.timing import speed_ratio
 
 DESIGNS = ("dense", "param", "separated")
-
-
-class ScanCounter:
-    """Wraps a selective scan; counts its calls and the state updates (batch * channels * L * N) they perform."""
-
-    def __init__(self, scan=selective_scan_torch):
-        self.scan, self.calls, self.state_updates = scan, 0, 0
-
-    def __call__(self, u, delta, A, B, C, D=None, **kw):
-        self.calls += 1
-        self.state_updates += u.shape[0] * u.shape[1] * u.shape[2] * A.shape[-1]
-        return self.scan(u, delta, A, B, C, D, **kw)
 
 
 def scan_numba_torch(u, delta, A, B, C, D=None, delta_softplus=False, return_last_state=False):

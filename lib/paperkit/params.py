@@ -89,6 +89,33 @@ class Device:
         return value
 
 
+@dataclass(frozen=True)
+class List:
+    """A list (or tuple) of ``min_len``..``max_len`` items, each checked by the rule ``item``.
+
+    ``increasing=True`` also demands strictly increasing items (sweeps over sizes, group sizes, scales).
+    Returns a plain list of the checked items (so ``Float`` items come back as floats). Example::
+
+        "G_list": params.List(params.Int(min=8, max=1024), min_len=2, increasing=True)
+    """
+
+    item: Any
+    min_len: int = 1
+    max_len: int = 64
+    increasing: bool = False
+
+    def check(self, name: str, value: Any) -> list:
+        if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+            raise ParameterError(f"parameter '{name}' must be a list, got {value!r} ({type(value).__name__})")
+        if not self.min_len <= len(value) <= self.max_len:
+            raise ParameterError(
+                f"parameter '{name}' must have {self.min_len} to {self.max_len} items, got {len(value)}: {value!r}")
+        out = [self.item.check(f"{name}[{i}]", v) for i, v in enumerate(value)]
+        if self.increasing and any(b <= a for a, b in zip(out, out[1:])):
+            raise ParameterError(f"parameter '{name}' must be strictly increasing, got {value!r}")
+        return out
+
+
 def _check_range(name: str, value: float, lo: float | None, hi: float | None) -> None:
     if lo is not None and value < lo:
         raise ParameterError(f"parameter '{name}' must be >= {lo}, got {value}")

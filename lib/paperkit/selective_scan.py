@@ -15,6 +15,9 @@ Shapes (the argument order and layout of mamba-ssm's ``selective_scan_ref``, wit
   timesteps and states inside; NumPy in, NumPy out.
 * :func:`selective_scan_torch`: differentiable and fast enough to train with: a chunked parallel (Hillis-Steele)
   scan, log2(chunk) vectorised steps per chunk, the state carried between chunks.
+
+:class:`ScanCounter` wraps any of the three to count calls and state updates (the counted work that timing
+claims assert).
 """
 from __future__ import annotations
 
@@ -140,3 +143,15 @@ def selective_scan_torch(u, delta, A, B, C, D=None, delta_softplus=False, return
     if D is not None:
         y = y + D[:, None] * u
     return (y, x) if return_last_state else y
+
+
+class ScanCounter:
+    """Wraps a selective scan; counts its calls and the state updates (batch * channels * L * N) they perform."""
+
+    def __init__(self, scan=selective_scan_torch):
+        self.scan, self.calls, self.state_updates = scan, 0, 0
+
+    def __call__(self, u, delta, A, B, C, D=None, **kw):
+        self.calls += 1
+        self.state_updates += u.shape[0] * u.shape[1] * u.shape[2] * A.shape[-1]
+        return self.scan(u, delta, A, B, C, D, **kw)

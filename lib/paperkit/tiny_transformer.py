@@ -2,7 +2,9 @@
 
 Options the chapters need: causal or bidirectional attention; positional encodings ``learned``, ``sinusoidal``,
 ``rope`` or ``none`` (additive ones scaled by ``pe_scale``); looping the whole block stack ``n_loops`` times, with a
-per-sample loop count for halting experiments; and every layer's attention probabilities returned on request.
+per-sample loop count for halting experiments and optional re-injection of the input embedding at every loop;
+the hidden state after every loop (for readouts or halting heads at each depth); and every layer's attention
+probabilities returned on request.
 
 Shapes: tokens (batch, L) int64 -> logits (batch, L, vocab); attention probabilities (batch, heads, L, L).
 """
@@ -31,6 +33,7 @@ class TinyConfig:
     pe_scale: float = 1.0
     causal: bool = True
     n_loops: int = 1
+    reinject: bool = False
 
     def __post_init__(self):
         for name in ("vocab", "d_model", "n_heads", "n_layers", "max_len", "n_loops"):
@@ -108,7 +111,11 @@ class Block(nn.Module):
 
 
 class TinyTransformer(nn.Module):
-    """Embedding, positional encoding, ``n_layers`` blocks (looped ``n_loops`` times), final LN and a linear head."""
+    """Embedding, positional encoding, ``n_layers`` blocks (looped ``n_loops`` times), final LN and a linear head.
+
+    With ``reinject`` the embedded input e is added back before every loop after the first (looped transformers
+    with input injection): h_0 = e, h_{i+1} = blocks(h_i + e) for i >= 1, h_1 = blocks(e).
+    """
 
     def __init__(self, cfg: TinyConfig):
         super().__init__()
@@ -122,28 +129,39 @@ class TinyTransformer(nn.Module):
         self.ln_f = nn.LayerNorm(cfg.d_model)
         self.head = nn.Linear(cfg.d_model, cfg.vocab)
 
-    def forward(self, tokens: torch.Tensor, n_loops: int | torch.Tensor | None = None, return_attn: bool = False):
-        """Logits (batch, L, vocab); with ``return_attn`` also the list of every applied layer's probabilities.
+    def readout(self, h: torch.Tensor) -> torch.Tensor:
+        """Logits from a hidden state: head(LN(h)); (batch, L, d) -> (batch, L, vocab)."""
+        return self.head(self.ln_f(h))
+
+    def forward(self, tokens: torch.Tensor, n_loops: int | torch.Tensor | None = None, return_attn: bool = False,
+                return_states: bool = False):
+        """Logits (batch, L, vocab), followed by what was asked for, in this order.
 
         ``n_loops`` overrides the config: an int, or a (batch,) tensor of per-sample loop counts (a sample whose
         count is reached keeps its hidden state while the others go on looping).
+        ``return_attn``: also the list of every applied layer's attention probabilities.
+        ``return_states``: also the list of hidden states after each loop, (batch, L, d) each, one per loop
+        (``readout`` turns one into logits: the model stopped after that many loops).
         """
         b, L = tokens.shape
         if L > self.cfg.max_len:
             raise ValueError(f"sequence length {L} exceeds max_len {self.cfg.max_len}")
-        x = self.embed(tokens)
+        e = self.embed(tokens)
         if self.cfg.pos in ("learned", "sinusoidal"):
-            x = x + self.cfg.pe_scale * self.pe[:L]
+            e = e + self.cfg.pe_scale * self.pe[:L]
         loops = self.cfg.n_loops if n_loops is None else n_loops
         per_sample = torch.is_tensor(loops)
         if per_sample and (loops.shape != (b,) or int(loops.min()) < 0):
             raise ValueError(f"per-sample n_loops must be a ({b},) tensor of counts >= 0")
-        attn = []
+        if not per_sample and (isinstance(loops, bool) or not isinstance(loops, int) or loops < 0):
+            raise ValueError(f"n_loops must be an int >= 0 or a per-sample tensor, got {loops!r}")
+        x, attn, states = e, [], []
         for i in range(int(loops.max()) if per_sample else loops):
-            x_new = x
+            x_new = x + e if (self.cfg.reinject and i > 0) else x
             for blk in self.blocks:
                 x_new, p = blk(x_new)
                 attn.append(p)
             x = torch.where((i < loops)[:, None, None], x_new, x) if per_sample else x_new
-        logits = self.head(self.ln_f(x))
-        return (logits, attn) if return_attn else logits
+            states.append(x)
+        out = (self.readout(x),) + ((attn,) if return_attn else ()) + ((states,) if return_states else ())
+        return out if len(out) > 1 else out[0]
