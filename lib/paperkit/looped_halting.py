@@ -25,6 +25,7 @@ import torch.nn.functional as F
 
 from paperkit import algo_tasks
 from paperkit.tiny_transformer import TinyConfig, TinyTransformer
+from paperkit.training import AdamCosine
 
 TASKS = ("dyck1", "copy", "binary_add")
 SCHEMES = ("fixed", "sampled", "rl")
@@ -111,7 +112,8 @@ def train_looped(model: TinyTransformer, task: str, scheme: str, steps: int, bat
     """Train ``model`` with the ``fixed`` or ``sampled`` loop schedule; returns the loss per step (steps,).
 
     Every step draws one length ``n`` uniformly from ``train_len`` (inclusive), a batch of that length from ``rng``
-    and per-sample loop counts from ``gen`` (:func:`loop_counts`). Adam, learning rate ``lr`` with a cosine decay.
+    and per-sample loop counts from ``gen`` (:func:`loop_counts`); :class:`~paperkit.training.AdamCosine` at
+    learning rate ``lr``.
     ``plateau=(step, level)``: give up and return None if the mean loss of the 20 steps before ``step`` is above
     ``level`` (the run is stuck on the plateau of the trivial solution).
     """
@@ -121,20 +123,13 @@ def train_looped(model: TinyTransformer, task: str, scheme: str, steps: int, bat
     if not 1 <= lo <= hi:
         raise ValueError(f"train_len must be (lo, hi) with 1 <= lo <= hi, got {train_len}")
     dev = next(model.parameters()).device
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
+    opt = AdamCosine(model.parameters(), lr, steps)
     losses = np.empty(steps)
     for step in range(steps):
         n = int(rng.integers(lo, hi + 1))
         x, y, m = task_batch(task, rng, batch, n, dev)
         T = loop_counts(scheme, n, batch, gen).to(dev)
-        loss = masked_ce(model(x, n_loops=T), y, m, balance=task == "dyck1").mean()
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        losses[step] = loss.item()
+        losses[step] = opt.step(masked_ce(model(x, n_loops=T), y, m, balance=task == "dyck1").mean())
         if plateau is not None and step + 1 == plateau[0] and losses[max(0, step - 19):step + 1].mean() > plateau[1]:
             return None
     return losses
@@ -235,8 +230,7 @@ def train_rl_halting(model: TinyTransformer, head: HaltingHead, task: str, steps
     if not 1 <= lo <= hi:
         raise ValueError(f"train_len must be (lo, hi) with 1 <= lo <= hi, got {train_len}")
     dev = next(model.parameters()).device
-    opt = torch.optim.Adam(list(model.parameters()) + list(head.parameters()), lr=lr)
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
+    opt = AdamCosine(list(model.parameters()) + list(head.parameters()), lr, steps, clip_params=model.parameters())
     logs = {k: np.empty(steps) for k in ("loss", "reward", "loops_over_n")}
     baseline = 0.0
     for step in range(steps):
@@ -253,12 +247,7 @@ def train_rl_halting(model: TinyTransformer, head: HaltingHead, task: str, steps
         # R = correct - lambda * T / n
         reward = sequence_correct(logits.detach(), y, m) - lam * T / n
         logp = torch.log(pi[torch.arange(batch, device=dev), idx] + 1e-12)
-        loss = ce.mean() - ((reward - baseline) * logp).mean()
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
+        opt.step(ce.mean() - ((reward - baseline) * logp).mean())
         baseline = 0.9 * baseline + 0.1 * reward.mean().item()
         logs["loss"][step], logs["reward"][step] = ce.mean().item(), reward.mean().item()
         logs["loops_over_n"][step] = (T / n).mean().item()

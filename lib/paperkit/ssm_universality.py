@@ -40,6 +40,7 @@ import scipy.linalg
 import torch
 
 from paperkit.selective_scan import selective_scan_numba, selective_scan_ref, selective_scan_torch
+from paperkit.training import AdamCosine
 
 # Relative pivot size below which least squares treats a feature direction as rounding noise (see ls_readout_fit).
 _LS_COND = 1e-10
@@ -410,17 +411,12 @@ def train_ensemble(model: ClockedScanEnsemble, x_train: torch.Tensor, y_train: t
 
 def _train(model, x_train, y_train, steps, lr, batch, generator, x_eval, y_eval, eval_every):
     E, n, T = x_train.shape
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
+    opt = AdamCosine(model.parameters(), lr, steps, clip=None)
     curve = []
     for step in range(steps):
         idx = torch.randint(0, n, (E, batch, 1), generator=generator).to(x_train.device).expand(E, batch, T)
         xb, yb = torch.gather(x_train, 1, idx), torch.gather(y_train, 1, idx)
-        loss = ((model(xb) - yb) ** 2).mean((1, 2)).sum()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        sched.step()
+        opt.step(((model(xb) - yb) ** 2).mean((1, 2)).sum())
         if x_eval is not None and (step + 1) % eval_every == 0:
             curve.append((step + 1, ensemble_mse(model, x_eval, y_eval)))
     return curve
