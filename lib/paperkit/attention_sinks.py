@@ -9,6 +9,11 @@ Three kernels, each beside a plain reference of the same signature:
   matrix from its mean token (zero means every token was averaged into the same vector: oversmoothing).
 * :func:`min_scale_bisect` / :func:`min_scale_ref`: the least logit scale beta >= 0 at which softmax(beta S) puts
   mass >= p on a target key in every row (the cost of a hard switch, or of a self-only "diagonal" pattern).
+
+For the trained head (claim iv in miniature): the recall-or-bigram task (:func:`bigram_table`,
+:func:`recall_or_bigram_batch`), a one-layer one-head model and its training (:func:`make_recall_model`,
+:func:`train_recall_model`), its queries, keys and values (:func:`head_qkv`), and where its mass goes
+(:func:`mass_split` / :func:`mass_split_ref`, :func:`sink_report`).
 """
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ import torch
 from numba import njit
 
 from paperkit.tiny_transformer import attention_probs
+from paperkit.training import AdamCosine
 
 
 def _check_qk(q: torch.Tensor, k: torch.Tensor, sink_key: torch.Tensor | None) -> None:
@@ -183,3 +189,183 @@ def switch_scale_closed_form(n_keys: int, p: float, cos_theta: np.ndarray) -> np
     with np.errstate(divide="ignore"):
         return np.where(cos_theta > 0, math.log((n_keys - 1) * p / (1 - p)) / np.where(cos_theta > 0, cos_theta, 1.0),
                         np.inf)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A trained head that sometimes has nothing to mix (claim iv in miniature)
+# ---------------------------------------------------------------------------------------------------------------
+
+def bigram_table(rng: np.random.Generator, n_content: int, concentration: float = 0.3) -> np.ndarray:
+    """A random bigram table (n_content, n_content), each row drawn from Dirichlet(concentration)."""
+    if n_content < 2 or concentration <= 0:
+        raise ValueError(f"n_content must be >= 2 and concentration > 0, got {n_content}, {concentration}")
+    return rng.dirichlet(np.full(n_content, concentration), size=n_content)
+
+
+def recall_or_bigram_batch(rng: np.random.Generator, bigram: np.ndarray, batch: int, length: int,
+                           p_trigger: float, bos: bool = True) -> torch.Tensor:
+    """Token sequences (batch, length + bos) of the recall-or-bigram task; ids: content 0..V-1, trigger V, BOS V+1.
+
+    x_1 is a uniform content token. After a content token x_t the next token is the trigger with probability
+    ``p_trigger`` (only from t >= 2 on, so that a context exists), else a draw from ``bigram[x_t]``. After a trigger
+    the next token is a uniformly chosen earlier token x_s, s < t (content or trigger): predicting it needs the
+    whole context, so the head must mix; after a content token the context is useless, so the head should not.
+    With ``bos`` the sequences start with the BOS token, which never recurs.
+    """
+    V = bigram.shape[0]
+    if bigram.ndim != 2 or bigram.shape != (V, V) or not np.allclose(bigram.sum(1), 1.0):
+        raise ValueError(f"bigram must be a row-stochastic square table, got shape {bigram.shape}")
+    if batch < 1 or length < 3:
+        raise ValueError(f"batch must be >= 1 and length >= 3, got {batch}, {length}")
+    if not 0.0 < p_trigger < 1.0:
+        raise ValueError(f"p_trigger must lie in (0, 1), got {p_trigger}")
+    trig, rows = V, np.arange(batch)
+    cum = np.cumsum(bigram, 1)
+    x = np.empty((batch, length), dtype=np.int64)
+    x[:, 0] = rng.integers(0, V, size=batch)
+    for t in range(1, length):
+        prev = x[:, t - 1]
+        # inverse-CDF draw from bigram[prev] (a trigger's row is never used: its successor is a recall)
+        nxt = np.minimum((cum[np.minimum(prev, V - 1)] < rng.random(batch)[:, None]).sum(1), V - 1)
+        if t >= 2:
+            recall = x[rows, rng.integers(0, t - 1, size=batch)]  # uniform over x_0 .. x_{t-2}
+            nxt = np.where(prev == trig, recall, nxt)
+            nxt = np.where((prev != trig) & (rng.random(batch) < p_trigger), trig, nxt)
+        x[:, t] = nxt
+    out = torch.from_numpy(x)
+    return torch.cat([torch.full((batch, 1), V + 1), out], 1) if bos else out
+
+
+def head_qkv(model, tokens: torch.Tensor, layer: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Queries, keys and values of one layer of a :class:`~paperkit.tiny_transformer.TinyTransformer`.
+
+    Each is (batch, heads, L, dh), before rotary embedding; read from the layer's ``qkv`` projection by a forward
+    hook during one forward pass without gradients.
+    """
+    blocks = model.blocks
+    if not 0 <= layer < len(blocks):
+        raise ValueError(f"layer must be in [0, {len(blocks)}), got {layer}")
+    got = []
+    hook = blocks[layer].attn.qkv.register_forward_hook(lambda mod, inp, out: got.append(out))
+    try:
+        with torch.no_grad():
+            model(tokens)
+    finally:
+        hook.remove()
+    b, L, _ = got[0].shape
+    h = model.cfg.n_heads
+    return tuple(t.view(b, L, h, -1).transpose(1, 2) for t in got[0].chunk(3, dim=-1))
+
+
+def _check_split(P: torch.Tensor, query_mask: torch.Tensor, sink_col: int | None) -> None:
+    if P.ndim != 3 or P.shape[1] != P.shape[2]:
+        raise ValueError(f"P must be (batch, L, L) causal attention, got shape {tuple(P.shape)}")
+    if query_mask.shape != P.shape[:2] or query_mask.dtype != torch.bool:
+        raise ValueError(f"query_mask must be bool {tuple(P.shape[:2])}, got {query_mask.dtype} "
+                         f"{tuple(query_mask.shape)}")
+    if sink_col is not None and not 0 <= sink_col < P.shape[2]:
+        raise ValueError(f"sink_col must index a key in [0, {P.shape[2]}), got {sink_col}")
+
+
+def mass_split(P: torch.Tensor, query_mask: torch.Tensor, sink_col: int | None = 0) -> dict[str, float]:
+    """Where a causal head's mass goes, averaged over the selected queries (query_mask True).
+
+    P (batch, L, L) holds one head's probabilities ``p[b, i, j]`` (row i a query, causal: j <= i). Returns the
+    means over selected queries of ``sink`` = ``p[b, i, sink_col]`` (0 when ``sink_col`` is None), ``diag`` =
+    ``p[b, i, i]`` (self) and ``uniform`` = ``1 / (i + 1)`` (the mass one key gets from a head that spreads evenly),
+    and ``n``, the number of queries. Queries at the sink's own position are excluded (there, sink and diagonal
+    coincide).
+    """
+    _check_split(P, query_mask, sink_col)
+    L = P.shape[1]
+    pos = torch.arange(L)
+    sel = query_mask & (pos != (-1 if sink_col is None else sink_col))[None]
+    sink = P[:, :, sink_col] if sink_col is not None else torch.zeros(P.shape[:2], dtype=P.dtype)
+    diag = P.diagonal(dim1=1, dim2=2)
+    uni = (1.0 / (pos + 1).to(P.dtype))[None].expand_as(diag)
+    return {"sink": sink[sel].mean().item(), "diag": diag[sel].mean().item(), "uniform": uni[sel].mean().item(),
+            "n": int(sel.sum())}
+
+
+def mass_split_ref(P: torch.Tensor, query_mask: torch.Tensor, sink_col: int | None = 0) -> dict[str, float]:
+    """Same as :func:`mass_split`, one query at a time."""
+    _check_split(P, query_mask, sink_col)
+    s = d = u = 0.0
+    n = 0
+    for b in range(P.shape[0]):
+        for i in range(P.shape[1]):
+            if not query_mask[b, i] or i == sink_col:
+                continue
+            s += float(P[b, i, sink_col]) if sink_col is not None else 0.0
+            d += float(P[b, i, i])
+            u += 1.0 / (i + 1)
+            n += 1
+    return {"sink": s / n, "diag": d / n, "uniform": u / n, "n": n}
+
+
+def train_recall_model(model, bigram: np.ndarray, steps: int, batch: int, length: int, p_trigger: float, lr: float,
+                       rng: np.random.Generator, bos: bool = True) -> np.ndarray:
+    """Next-token training on :func:`recall_or_bigram_batch` (fresh batches from ``rng``); loss per step (steps,).
+
+    :class:`~paperkit.training.AdamCosine` at learning rate ``lr``; cross-entropy on every next token.
+    """
+    if steps < 1 or batch < 1 or lr <= 0:
+        raise ValueError(f"steps, batch and lr must be positive, got {steps}, {batch}, {lr}")
+    dev = next(model.parameters()).device
+    opt = AdamCosine(model.parameters(), lr, steps)
+    losses = np.empty(steps)
+    for step in range(steps):
+        x = recall_or_bigram_batch(rng, bigram, batch, length, p_trigger, bos).to(dev)
+        logits = model(x[:, :-1])
+        losses[step] = opt.step(torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                                                  x[:, 1:].reshape(-1)))
+    return losses
+
+
+def make_recall_model(n_content: int, d_model: int, seq_len: int, gen: torch.Generator,
+                      device: str | torch.device = "cpu"):
+    """A one-layer, one-head causal :class:`~paperkit.tiny_transformer.TinyTransformer` (learned positions) for
+    :func:`recall_or_bigram_batch`: vocabulary n_content + 2 (trigger, BOS), room for seq_len + 1 tokens.
+
+    Its initial weights are drawn from a seed taken from ``gen``, without touching the global generator's state.
+    """
+    from paperkit.tiny_transformer import TinyConfig, TinyTransformer
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(int(torch.randint(2**62, (1,), generator=gen)))
+        return TinyTransformer(TinyConfig(vocab=n_content + 2, d_model=d_model, n_heads=1, n_layers=1,
+                                          max_len=seq_len + 1, pos="learned")).to(device)
+
+
+def sink_report(model, tokens: torch.Tensor, n_content: int, bos: bool) -> dict:
+    """Where the head of a :func:`make_recall_model` puts its mass, and the sink's geometry, on ``tokens``.
+
+    Queries are split into *idle* ones (a content token after the first token: the next token is a bigram draw,
+    nothing in the context helps) and *active* ones (a trigger: the next token recalls the context). Key 0 (BOS, or
+    the first token when there is none) is the candidate sink. Returns a dict with
+
+    - ``sink``, ``diag``, ``uniform``: :func:`mass_split` over idle queries;
+    - ``sink_active``: the sink mass of active queries;
+    - ``value_ratio``: ``norm(v_0) / mean_{j >= 1} norm(v_j)``, the sink's value norm against the other tokens';
+    - ``cos_sink``: ``cos(k_0, qbar)``, qbar the mean idle query (the alignment of a sink with its queries);
+    - ``cos_others``: the mean of ``cos(k_j, qbar)`` over content keys j >= 1;
+    - ``mean_attn``: (L, L), the head's probabilities averaged over the batch.
+    """
+    with torch.no_grad():
+        _, attn = model(tokens, return_attn=True)
+    P = attn[0][:, 0].cpu()
+    q, k, v = (t[:, 0].cpu() for t in head_qkv(model, tokens))
+    tokens = tokens.cpu()
+    first = 1 if bos else 0
+    idle = tokens < n_content
+    idle[:, : first + 1] = False
+    idle_split = mass_split(P, idle, 0)
+    active_split = mass_split(P, tokens == n_content, 0)
+    vn = v.norm(dim=-1)
+    qbar = q[idle].mean(0)
+    cos = torch.nn.functional.cosine_similarity
+    content_keys = k[:, 1:][tokens[:, 1:] < n_content]
+    return {"sink": idle_split["sink"], "diag": idle_split["diag"], "uniform": idle_split["uniform"],
+            "sink_active": active_split["sink"], "value_ratio": (vn[:, 0].mean() / vn[:, 1:].mean()).item(),
+            "cos_sink": cos(k[:, 0], qbar[None]).mean().item(),
+            "cos_others": cos(content_keys, qbar[None]).mean().item(), "mean_attn": P.mean(0).numpy()}
