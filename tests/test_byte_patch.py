@@ -100,15 +100,6 @@ def test_scratch_mask_matches_its_definition(K, P):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_masked_block_with_causal_mask_is_the_shared_block(dtype):
-    model = make(4, 0, dtype)
-    blk: Block = model.gblocks[0]
-    x = torch.randn(2, 9, 16, generator=torch.Generator().manual_seed(1), dtype=dtype)
-    causal = torch.ones(9, 9, dtype=torch.bool).tril()
-    torch.testing.assert_close(bp.masked_block(blk, x, causal), blk(x)[0], **TOL[dtype])
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("P,K,n_local", [(2, 3, 1), (4, 4, 1), (8, 2, 2)])
 @pytest.mark.parametrize("seed", [0, 1])
 @pytest.mark.parametrize("p", [0.0, 0.4, 1.0])

@@ -124,3 +124,33 @@ def test_byte_corpus_is_real_python_and_deterministic():
     assert len(tr) == 150_000 and len(va) == 50_000
     with pytest.raises(ValueError, match="max_bytes"):
         byte_corpus_stdlib(0)
+
+
+def test_seeded_models_come_from_the_generator_and_leave_the_global_state_alone():
+    cfg = TinyConfig(vocab=7, d_model=8, n_heads=2, n_layers=1)
+    before = torch.random.get_rng_state()
+    a = TinyTransformer.seeded(cfg, torch.Generator().manual_seed(3))
+    assert torch.equal(torch.random.get_rng_state(), before)
+    b = TinyTransformer.seeded(cfg, torch.Generator().manual_seed(3))
+    c = TinyTransformer.seeded(cfg, torch.Generator().manual_seed(4))
+    for pa, pb in zip(a.parameters(), b.parameters()):
+        assert torch.equal(pa, pb)
+    assert not torch.equal(a.embed.weight, c.embed.weight)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_an_explicit_mask_replaces_the_causal_one(causal):
+    g = torch.Generator().manual_seed(9)
+    q, k, v = (torch.randn(2, 3, 6, 4, generator=g, dtype=torch.float64) for _ in range(3))
+    tril = torch.ones(6, 6, dtype=torch.bool).tril()
+    torch.testing.assert_close(attention_probs(q, k, causal, tril), attention_probs(q, k, True))
+    # a block-structured mask (each query sees earlier even positions and itself), against torch SDPA
+    allowed = (torch.arange(6)[None, :] % 2 == 0) & (torch.arange(6)[None, :] < torch.arange(6)[:, None])
+    allowed |= torch.eye(6, dtype=torch.bool)
+    torch.testing.assert_close(attention_probs(q, k, causal, allowed) @ v,
+                               F.scaled_dot_product_attention(q, k, v, attn_mask=allowed))
+    m = model(causal=causal)
+    x = torch.randn(2, 6, 16, generator=g, dtype=torch.float64)
+    torch.testing.assert_close(m.blocks[0](x, tril)[0], model(causal=True).blocks[0](x)[0])
+    with pytest.raises(ValueError, match="allowed must be a \\(6, 6\\) bool mask"):
+        attention_probs(q, k, causal, allowed.float())

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from numba import njit
 
-from paperkit.tiny_transformer import attention_probs
+from paperkit.tiny_transformer import TinyConfig, TinyTransformer, attention_probs
 from paperkit.training import AdamCosine
 
 
@@ -327,14 +327,10 @@ def make_recall_model(n_content: int, d_model: int, seq_len: int, gen: torch.Gen
     """A one-layer, one-head causal :class:`~paperkit.tiny_transformer.TinyTransformer` (learned positions) for
     :func:`recall_or_bigram_batch`: vocabulary n_content + 2 (trigger, BOS), room for seq_len + 1 tokens.
 
-    Its initial weights are drawn from a seed taken from ``gen``, without touching the global generator's state.
+    Its initial weights come from :meth:`~paperkit.tiny_transformer.TinyTransformer.seeded`.
     """
-    from paperkit.tiny_transformer import TinyConfig, TinyTransformer
-
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(int(torch.randint(2**62, (1,), generator=gen)))
-        return TinyTransformer(TinyConfig(vocab=n_content + 2, d_model=d_model, n_heads=1, n_layers=1,
-                                          max_len=seq_len + 1, pos="learned")).to(device)
+    cfg = TinyConfig(vocab=n_content + 2, d_model=d_model, n_heads=1, n_layers=1, max_len=seq_len + 1, pos="learned")
+    return TinyTransformer.seeded(cfg, gen).to(device)
 
 
 def sink_report(model, tokens: torch.Tensor, n_content: int, bos: bool) -> dict:

@@ -157,19 +157,6 @@ def scratch_mask(K: int, P: int, device=None) -> torch.Tensor:
     return m
 
 
-def masked_block(blk: Block, x: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
-    """The shared pre-LN :class:`~paperkit.tiny_transformer.Block` (its own weights) under an arbitrary mask.
-
-    ``x`` (batch, L, d), ``allowed`` (L, L) bool. With a lower-triangular mask this is ``blk(x)[0]`` (tested).
-    """
-    b, L, d = x.shape
-    h = blk.attn.cfg.n_heads
-    q, k, v = (t.view(b, L, h, d // h).transpose(1, 2) for t in blk.attn.qkv(blk.ln1(x)).chunk(3, dim=-1))
-    a = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
-    x = x + blk.attn.out(a.transpose(1, 2).reshape(b, L, d))
-    return x + blk.mlp(blk.ln2(x))
-
-
 class PatchLM(nn.Module):
     """Fixed-size patch byte LM with a global model over patches, a local decoder and optional scratchpads.
 
@@ -219,7 +206,7 @@ class PatchLM(nn.Module):
         h = torch.cat([full, part.reshape(b, K * (P - 1), d)], dim=1)
         allowed = scratch_mask(K, P, device=x.device)
         for blk in self.gblocks:
-            h = masked_block(blk, h, allowed)
+            h = blk(h, allowed)[0]
         c = self.to_ctx(self.g_ln(h))
         return c[:, :K], c[:, K:].reshape(b, K, P - 1, d)
 

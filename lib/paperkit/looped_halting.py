@@ -12,7 +12,7 @@ parameter) the training schedules are:
 
 Evaluation reads the state after *every* loop of one forward pass (``return_states=True``) through
 ``model.readout``, so accuracy at all inference loop counts ``1..K`` costs ``K`` block applications instead of the
-``K (K + 1) / 2`` of re-running the model once per loop count (:func:`per_loop_accuracy_reference`).
+``K (K + 1) / 2`` of re-running the model once per loop count (:func:`per_loop_predictions_reference`).
 
 Shapes: tokens, targets, mask (batch, L); per-loop accuracies (K,); per-loop predictions (K, batch, L).
 """
@@ -50,23 +50,13 @@ def task_batch(task: str, rng: np.random.Generator, n: int, size: int, device: s
 
 
 def make_model(task: str, d_model: int, gen: torch.Generator, device: str | torch.device = "cpu",
-               n_heads: int = 2, max_len: int = 128, res_scale: float = 1.0) -> TinyTransformer:
+               n_heads: int = 2, max_len: int = 128) -> TinyTransformer:
     """One shared pre-LN block, NoPE, causal, input re-injection; weights drawn from ``gen`` (not global state)."""
     if task not in TASKS:
         raise ValueError(f"task must be one of {TASKS}, got {task!r}")
     cfg = TinyConfig(vocab=VOCAB[task], d_model=d_model, n_heads=n_heads, n_layers=1, max_len=max_len, pos="none",
                      causal=True, reinject=True)
-    # PyTorch's default initialisation, drawn from a seed taken from ``gen`` with the global RNG state restored after
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(int(torch.randint(2**62, (1,), generator=gen)))
-        model = TinyTransformer(cfg)
-    # small residual branches at initialisation: each loop starts close to the identity, so that the state does not
-    # collapse to the uniform average over positions after n loops (a plateau some seeds never leave otherwise)
-    with torch.no_grad():
-        for blk in model.blocks:
-            blk.attn.out.weight.mul_(res_scale)
-            blk.mlp[-1].weight.mul_(res_scale)
-    return model.to(device)
+    return TinyTransformer.seeded(cfg, gen).to(device)
 
 
 def loop_counts(scheme: str, n: int, batch: int, gen: torch.Generator, per_sample: bool = False) -> torch.Tensor:
@@ -84,10 +74,14 @@ def loop_counts(scheme: str, n: int, batch: int, gen: torch.Generator, per_sampl
     raise ValueError(f"scheme must be 'fixed' or 'sampled' here (rl uses train_rl_halting), got {scheme!r}")
 
 
+def all_correct(pred: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """True where every scored position of a sequence is predicted exactly; pred (..., batch, L) -> (..., batch)."""
+    return ((pred == targets) | ~mask).all(-1)
+
+
 def sequence_correct(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """1.0 where every scored position of a sequence is predicted exactly, else 0.0; (batch, L, V) -> (batch,)."""
-    ok = (logits.argmax(-1) == targets) | ~mask
-    return ok.all(-1).float()
+    return all_correct(logits.argmax(-1), targets, mask).float()
 
 
 def masked_ce(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor, balance: bool = False) -> torch.Tensor:
@@ -150,20 +144,6 @@ def per_loop_predictions_reference(model: TinyTransformer, tokens: torch.Tensor,
     if max_loops < 1:
         raise ValueError(f"max_loops must be >= 1, got {max_loops}")
     return torch.stack([model(tokens, n_loops=k).argmax(-1) for k in range(1, max_loops + 1)])
-
-
-def per_loop_accuracy(model: TinyTransformer, tokens: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor,
-                      max_loops: int) -> np.ndarray:
-    """Sequence-level exact-match accuracy after each loop 1..max_loops, one forward pass; (max_loops,)."""
-    pred = per_loop_predictions(model, tokens, max_loops)
-    return (((pred == targets) | ~mask).all(-1).float().mean(-1)).cpu().numpy()
-
-
-def per_loop_accuracy_reference(model: TinyTransformer, tokens: torch.Tensor, targets: torch.Tensor,
-                                mask: torch.Tensor, max_loops: int) -> np.ndarray:
-    """:func:`per_loop_accuracy` by one model run per loop count (the plain reference)."""
-    pred = per_loop_predictions_reference(model, tokens, max_loops)
-    return (((pred == targets) | ~mask).all(-1).float().mean(-1)).cpu().numpy()
 
 
 class HaltingHead(nn.Module):
@@ -303,7 +283,7 @@ def loop_window_stats(pred: torch.Tensor, targets: torch.Tensor, mask: torch.Ten
     """
     if pred.shape[0] < 2 * n:
         raise ValueError(f"pred must hold at least 2n = {2 * n} loops, got {pred.shape[0]}")
-    correct = ((pred == targets) | ~mask).all(-1)  # (K, batch)
+    correct = all_correct(pred, targets, mask)  # (K, batch)
     win = pred[n - 1:2 * n]
     same = ((win == win[:1]) | ~mask).all(-1).all(0)  # (batch,)
     T = torch.full((pred.shape[1],), n) if halt is None else halt.cpu()
@@ -317,8 +297,10 @@ def loop_window_stats(pred: torch.Tensor, targets: torch.Tensor, mask: torch.Ten
 
 
 @torch.no_grad()
-def training_length_accuracy(model: TinyTransformer, task: str, lengths, n: int, rng: np.random.Generator) -> float:
-    """Sequence accuracy at T = n, averaged over ``lengths``, on ``n`` fresh samples per length drawn from ``rng``.
+def training_length_accuracy(model: TinyTransformer, task: str, lengths, n_samples: int,
+                             rng: np.random.Generator) -> float:
+    """Sequence accuracy with as many loops as the length, averaged over ``lengths``, on ``n_samples`` fresh
+    samples per length drawn from ``rng``.
 
     The run-selection criterion of :func:`train_and_evaluate`: ``rng`` is the training data stream, so the
     evaluation sets are never looked at when a run is kept or restarted.
@@ -326,7 +308,7 @@ def training_length_accuracy(model: TinyTransformer, task: str, lengths, n: int,
     dev = next(model.parameters()).device
     accs = []
     for size in lengths:
-        x, y, m = task_batch(task, rng, n, int(size), dev)
+        x, y, m = task_batch(task, rng, n_samples, int(size), dev)
         accs.append(sequence_correct(model(x, n_loops=int(size)), y, m).mean().item())
     return float(np.mean(accs))
 
@@ -374,6 +356,6 @@ def train_and_evaluate(task: str, scheme: str, *, d_model: int, steps: int, batc
         x, y, m = task_batch(task, eval_rng, n_eval, int(n), device)
         pred = per_loop_predictions(model, x, 2 * int(n))
         halt = None if head is None else policy_halting_loops(model, head, x, int(n))
-        acc[n] = (((pred == y) | ~m).all(-1).float().mean(-1)).cpu().numpy()
+        acc[n] = all_correct(pred, y, m).float().mean(-1).cpu().numpy()
         stats[n] = loop_window_stats(pred.cpu(), y.cpu(), m.cpu(), int(n), halt)
     return {"curve": curve, "restarts": restarts, "acc": acc, "stats": stats}

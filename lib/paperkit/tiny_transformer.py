@@ -67,14 +67,24 @@ def rope(x: torch.Tensor) -> torch.Tensor:
     return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).flatten(-2)
 
 
-def attention_probs(q: torch.Tensor, k: torch.Tensor, causal: bool) -> torch.Tensor:
-    """softmax(q k^T / sqrt(dh)) with an optional causal mask; (batch, heads, Lq, Lk)."""
+def attention_probs(q: torch.Tensor, k: torch.Tensor, causal: bool,
+                    allowed: torch.Tensor | None = None) -> torch.Tensor:
+    """softmax(q k^T / sqrt(dh)) with an optional mask; (batch, heads, Lq, Lk).
+
+    ``allowed`` (Lq, Lk) bool, True where a query may attend, replaces the causal mask when given (every row must
+    allow at least one key); otherwise ``causal`` masks the future.
+    """
     scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
-    if causal:
-        Lq, Lk = scores.shape[-2:]
+    Lq, Lk = scores.shape[-2:]
+    if allowed is not None:
+        if allowed.shape != (Lq, Lk) or allowed.dtype != torch.bool:
+            raise ValueError(f"allowed must be a ({Lq}, {Lk}) bool mask, got {allowed.dtype} {tuple(allowed.shape)}")
+        mask = allowed
+    elif causal:
         mask = torch.ones(Lq, Lk, dtype=torch.bool, device=q.device).tril(Lk - Lq)
-        scores = scores.masked_fill(~mask, float("-inf"))
-    return scores.softmax(dim=-1)
+    else:
+        return scores.softmax(dim=-1)
+    return scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)
 
 
 class Attention(nn.Module):
@@ -84,18 +94,21 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
         self.out = nn.Linear(cfg.d_model, cfg.d_model)
 
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, x: torch.Tensor, allowed: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         b, L, d = x.shape
         h = self.cfg.n_heads
         q, k, v = (t.view(b, L, h, d // h).transpose(1, 2) for t in self.qkv(x).chunk(3, dim=-1))
         if self.cfg.pos == "rope":
             q, k = rope(q), rope(k)
-        p = attention_probs(q, k, self.cfg.causal)
+        p = attention_probs(q, k, self.cfg.causal, allowed)
         return self.out((p @ v).transpose(1, 2).reshape(b, L, d)), p
 
 
 class Block(nn.Module):
-    """Pre-LN block: x + Attn(LN(x)), then x + MLP(LN(x)) with a 4x GELU MLP."""
+    """Pre-LN block: x + Attn(LN(x)), then x + MLP(LN(x)) with a 4x GELU MLP.
+
+    ``forward(x, allowed=None)``: ``allowed`` (L, L) bool replaces the causal mask (see :func:`attention_probs`).
+    """
 
     def __init__(self, cfg: TinyConfig):
         super().__init__()
@@ -104,8 +117,8 @@ class Block(nn.Module):
         self.mlp = nn.Sequential(nn.Linear(cfg.d_model, 4 * cfg.d_model), nn.GELU(),
                                  nn.Linear(4 * cfg.d_model, cfg.d_model))
 
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        a, p = self.attn(self.ln1(x))
+    def forward(self, x: torch.Tensor, allowed: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        a, p = self.attn(self.ln1(x), allowed)
         x = x + a
         return x + self.mlp(self.ln2(x)), p
 
@@ -128,6 +141,16 @@ class TinyTransformer(nn.Module):
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         self.ln_f = nn.LayerNorm(cfg.d_model)
         self.head = nn.Linear(cfg.d_model, cfg.vocab)
+
+    @classmethod
+    def seeded(cls, cfg: TinyConfig, gen: torch.Generator) -> "TinyTransformer":
+        """A model with PyTorch's default initialisation, drawn from a seed taken from ``gen``.
+
+        The global generator's state is left as it was, so building a model never shifts another's randomness.
+        """
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(int(torch.randint(2**62, (1,), generator=gen)))
+            return cls(cfg)
 
     def readout(self, h: torch.Tensor) -> torch.Tensor:
         """Logits from a hidden state: head(LN(h)); (batch, L, d) -> (batch, L, vocab)."""
