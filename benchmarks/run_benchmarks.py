@@ -23,7 +23,7 @@ KEYS = {"kernel", "baseline", "ratio", "shape", "work"}
 
 
 def bench_modules() -> list[Path]:
-    return sorted((ROOT / "benchmarks").glob("bench_*.py"))
+    return sorted((ROOT / "benchmarks").rglob("bench_*.py"))
 
 
 def load(path: Path):

@@ -67,6 +67,42 @@ def check_notebook(path: Path, require_ledger: bool = True) -> list[str]:
     return out
 
 
+# The library's layers: the spine (top-level modules), the shared building blocks by kind, one subpackage per part.
+SHARED = ("nn", "data", "geometry")
+IMPORT = re.compile(r"^\s*(?:from\s+(paperkit(?:\.\w+)*)\s+import\s+([\w ,]+)|import\s+(paperkit(?:\.\w+)*))", re.M)
+
+
+def _layer(dotted: str, lib: Path) -> str:
+    """``spine``, a shared subpackage's name or a part's name, for a dotted module under ``paperkit``."""
+    parts = dotted.split(".")
+    if len(parts) >= 2 and (lib / parts[1]).is_dir():
+        return parts[1]
+    return "spine"
+
+
+def check_imports(root: Path = ROOT) -> list[str]:
+    """The library's layering: the spine imports only the spine; a shared subpackage imports the spine and shared
+    subpackages; a part's modules import the spine, the shared subpackages and their own part, nothing else."""
+    lib = root / "lib" / "paperkit"
+    out = []
+    for f in sorted(lib.rglob("*.py")):
+        rel = f.relative_to(lib.parent).with_suffix("").as_posix().replace("/", ".")
+        own = _layer(rel, lib)
+        for m in IMPORT.finditer(f.read_text()):
+            target = m.group(1) or m.group(3)
+            layers = {_layer(target, lib)}
+            if m.group(1) == "paperkit":  # from paperkit import a, b: each name is a module or subpackage
+                layers = {n.strip().split(" as ")[0] if (lib / n.strip().split(" as ")[0]).is_dir() else "spine"
+                          for n in m.group(2).split(",") if n.strip()}
+            for layer in layers:
+                allowed = {"spine"} | (set(SHARED) if own != "spine" else set()) | {own}
+                if layer not in allowed:
+                    out.append(f"lib/{f.relative_to(lib.parent).as_posix()}: imports {target} ({layer}); "
+                               f"a module of {own!r} may import only {sorted(allowed)} (move shared kernels to "
+                               f"{'/'.join(SHARED)})")
+    return out
+
+
 def check_book(root: Path = ROOT) -> list[str]:
     """House rules over the whole book: the toc and the notebooks agree, and every chapter meets the rules."""
     out = []

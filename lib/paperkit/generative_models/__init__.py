@@ -1,0 +1,1 @@
+"""Kernels of the part "Generative models and evaluation" (``notebooks/generative-models/``)."""

@@ -1,0 +1,1 @@
+"""Geometric building blocks shared across parts: nearest neighbours and ball membership."""

@@ -1,0 +1,1 @@
+"""Kernels of the part "Learning dynamics" (``notebooks/learning-dynamics/``)."""

@@ -1,0 +1,1 @@
+"""Kernels of the part "Privacy, statistics and certificates" (``notebooks/privacy-statistics/``)."""

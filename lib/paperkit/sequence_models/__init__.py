@@ -1,0 +1,1 @@
+"""Kernels of the part "Sequence models and attention" (``notebooks/sequence-models/``)."""

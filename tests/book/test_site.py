@@ -1,0 +1,127 @@
+"""Checks of the built book (run by `make test` after tools/run_book.py and tools/build_site.py).
+
+The ledger has a record with a verdict for every claim of every chapter; the site loads nothing from outside; a
+headless Chromium opens the index, the status page and every chapter, and sees rendered math, loaded figures and
+a sidebar listing every chapter.
+"""
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from run_book import toc_notebooks
+
+pytestmark = pytest.mark.book
+
+ROOT = Path(__file__).resolve().parents[2]
+HTML = ROOT / "_build" / "html"
+CHAPTERS = toc_notebooks()
+EXTERNAL_ATTR = re.compile(r"<(script|link|img|iframe|source|video|audio|embed)\b[^>]*\b(src|href)=[\"']((https?:)?//[^\"']+)",
+                           re.I)
+EXTERNAL_CSS = re.compile(r"(@import\s+url\(|url\()\s*[\"']?((https?:)?//[^\"')]+)", re.I)
+
+
+@pytest.mark.parametrize("nb", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+def test_each_chapter_has_a_record_with_verdicts(nb):
+    rec = json.loads((ROOT / "_build" / "results" / f"{nb.stem}.json").read_text())
+    assert rec["status"] == "ok" and rec["slug"] == nb.stem and rec["part"] == nb.parent.name
+    assert rec["claims"], "a chapter checks at least one claim"
+    assert all(c["verdict"] in ("reproduced", "not reproduced") for c in rec["claims"])
+    assert all(c["reason"] for c in rec["claims"] if c["verdict"] == "not reproduced")
+    assert {"seed", "device"} <= rec["parameters"].keys()
+    # the budget every chapter keeps at its defaults on the 2-core reference machine
+    assert rec["run_time_s"] <= 60, f"{nb.stem} ran {rec['run_time_s']} s at its defaults (limit 60 s)"
+    assert rec["peak_memory_mib"] < 2048, f"{nb.stem} peaked at {rec['peak_memory_mib']} MiB (limit 2 GiB)"
+
+
+def test_site_has_every_page():
+    for page in ["index.html", "book/intro.html", "book/status.html", "book/api.html", "book/how-to-run.html",
+                 *[nb.with_suffix(".html").as_posix() for nb in CHAPTERS]]:
+        assert (HTML / page).exists(), page
+    status = (HTML / "book" / "status.html").read_text()
+    for nb in CHAPTERS:
+        assert nb.stem in status
+    assert "paperkit.ledger.Ledger" in (HTML / "book" / "api.html").read_text(), "autodoc rendered the API"
+
+
+def test_site_loads_nothing_from_outside():
+    offenders = []
+    for f in HTML.rglob("*.html"):
+        offenders += [f"{f.relative_to(HTML)}: {m.group(3)}" for m in EXTERNAL_ATTR.finditer(f.read_text())]
+    for f in HTML.rglob("*.css"):
+        offenders += [f"{f.relative_to(HTML)}: {m.group(2)}" for m in EXTERNAL_CSS.finditer(f.read_text())]
+    assert offenders == []
+    assert (HTML / "_static" / "mathjax" / "tex-chtml.js").exists(), "MathJax is served from the site"
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    webdriver = pytest.importorskip("selenium.webdriver")
+    if not (shutil.which("chromium") and shutil.which("chromedriver")):
+        pytest.fail("Chromium is missing: `make browser-deps` installs Debian's chromium and chromium-driver")
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = shutil.which("chromium")
+    for flag in ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--allow-file-access-from-files", f"--user-data-dir={tmp_path_factory.mktemp('chrome')}",
+                 "--window-size=1400,1000"]:
+        opts.add_argument(flag)
+    service = webdriver.ChromeService(executable_path=shutil.which("chromedriver"))
+    drv = webdriver.Chrome(options=opts, service=service)
+    drv.set_page_load_timeout(60)
+    yield drv
+    drv.quit()
+
+
+def open_page(drv, rel):
+    drv.get((HTML / rel).as_uri())
+    # wait until MathJax (when the page loads it) has typeset, and every image has finished loading
+    drv.execute_async_script("""
+        const done = arguments[arguments.length - 1];
+        const t0 = Date.now();
+        (function poll() {
+          const imgs = [...document.images].every(i => i.complete);
+          const mj = !window.MathJax || (MathJax.startup && MathJax.startup.promise);
+          if (imgs && mj) { (window.MathJax ? MathJax.startup.promise : Promise.resolve()).then(() => done(true)); }
+          else if (Date.now() - t0 > 20000) { done(false); } else { setTimeout(poll, 100); }
+        })();""")
+
+
+def resources_loaded(drv):
+    return drv.execute_script("return performance.getEntriesByType('resource').map(e => e.name)")
+
+
+def test_browser_index_and_sidebar(browser):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    # index.html is jupyter-book's redirect to the intro page: wait until the browser has followed it
+    browser.get((HTML / "index.html").as_uri())
+    WebDriverWait(browser, 20).until(lambda d: d.current_url.endswith("book/intro.html"))
+    open_page(browser, "book/intro.html")
+    links = browser.execute_script(
+        "return [...document.querySelectorAll('.bd-sidebar a, nav.bd-links a')].map(a => a.getAttribute('href'))")
+    for nb in CHAPTERS:
+        assert any(nb.stem in (h or "") for h in links), f"sidebar lacks {nb.stem}"
+    assert all(u.startswith("file:") for u in resources_loaded(browser))
+
+
+def test_browser_status_page(browser):
+    open_page(browser, "book/status.html")
+    rows = browser.execute_script("return document.querySelectorAll('table tbody tr').length")
+    assert rows >= len(CHAPTERS)
+
+
+@pytest.mark.parametrize("nb", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+def test_browser_chapter_math_and_figures(browser, nb):
+    open_page(browser, nb.with_suffix(".html").as_posix())
+    info = browser.execute_script("""return {
+        imgs: [...document.querySelectorAll('article img')].map(i => [i.src, i.naturalWidth]),
+        math: document.querySelectorAll('mjx-container').length,
+        raw_tex: document.querySelectorAll('.math:not(:has(mjx-container))').length,
+        errors: document.querySelectorAll('mjx-merror').length}""")
+    assert len(info["imgs"]) >= 1, "a chapter has at least one figure"
+    assert all(w > 0 for _, w in info["imgs"]), f"figures that did not load: {info['imgs']}"
+    assert info["math"] >= 1 and info["raw_tex"] == 0 and info["errors"] == 0, info
+    assert all(u.startswith("file:") for u in resources_loaded(browser))

@@ -1,0 +1,78 @@
+"""paperkit.privacy_statistics.sos: SOS bound against closed forms / a grid, dual gradient against finite differences, sparse = dense."""
+import numpy as np
+import pytest
+from scipy.optimize import minimize_scalar
+
+from paperkit.privacy_statistics import sos
+
+
+def univariate(a: float) -> dict:
+    # f(x) = (x^2 - 1)^2 + a x = x^4 - 2x^2 + a x + 1
+    return {(4,): 1.0, (2,): -2.0, (1,): a, (0,): 1.0}
+
+
+@pytest.mark.parametrize("a", [0.0, 0.7, -1.3])
+def test_univariate_quartic_bound_is_global_min(a):
+    prog = sos.build(1, [[0]])
+    g, grad = sos.solve(prog, univariate(a))
+    fmin = minimize_scalar(lambda x: x**4 - 2 * x**2 + a * x + 1, bounds=(-3, 0), method="bounded").fun
+    fmin = min(fmin, minimize_scalar(lambda x: x**4 - 2 * x**2 + a * x + 1, bounds=(0, 3), method="bounded").fun)
+    # univariate nonnegative polynomials are SOS, so the bound is exact
+    assert g == pytest.approx(fmin, abs=1e-6)
+    # d gamma/d c_0 = 1, and d gamma/d a = x* (the minimiser) by the envelope theorem
+    assert grad[prog.index[(0,)]] == pytest.approx(1.0, abs=1e-6)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_bound_below_grid_minimum_n2_and_exact(seed):
+    th = np.random.default_rng(seed).uniform(-1, 1, 1)
+    prog = sos.build(2, sos.chain_cliques(2))
+    g, _ = sos.solve(prog, sos.chain_poly(th))
+    x = np.linspace(-2, 2, 801)
+    X, Y = np.meshgrid(x, x)
+    F = (X**2 - 1) ** 2 + (Y**2 - 1) ** 2 + th[0] * X * Y + 0.5 * X**2 * Y**2
+    assert g <= F.min() + 1e-6
+    assert g >= F.min() - 1e-3  # tight on these instances (grid spacing 5e-3)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_dual_gradient_matches_finite_differences(seed):
+    n = 4
+    th = np.random.default_rng(seed).uniform(-1, 1, n - 1)
+    prog = sos.build(n, sos.chain_cliques(n))
+    f = sos.chain_poly(th)
+    g, grad = sos.solve(prog, f)
+    g_ref, grad_ref = sos.solve_ref(prog, f)
+    assert g == pytest.approx(g_ref, abs=1e-9)
+    support = [prog.index[e] for e in f]
+    np.testing.assert_allclose(grad[support], grad_ref[support], rtol=1e-3, atol=1e-3)
+    # a wrong gradient (another theta's) must be told apart
+    g2 = sos.solve(prog, sos.chain_poly(-th))[1]
+    assert np.abs(sos.theta_grad(prog, g2) - sos.theta_grad(prog, grad_ref)).max() > 0.1
+
+
+@pytest.mark.parametrize("n", [3, 5])
+def test_sparse_equals_dense_and_counts(n):
+    th = np.random.default_rng(n).uniform(-1, 1, n - 1)
+    ps, pd = sos.build(n, sos.chain_cliques(n)), sos.build(n, [list(range(n))])
+    gs, grs = sos.solve(ps, sos.chain_poly(th))
+    gd, grd = sos.solve(pd, sos.chain_poly(th))
+    assert abs(gs - gd) <= 1e-5
+    np.testing.assert_allclose(sos.theta_grad(ps, grs), sos.theta_grad(pd, grd), atol=1e-3)
+    assert ps.block_sizes == [6] * (n - 1)
+    assert pd.block_sizes == [(n + 1) * (n + 2) // 2]
+    assert ps.n_sdp_vars < pd.n_sdp_vars
+
+
+def test_bad_input_raises():
+    with pytest.raises(ValueError, match="n"):
+        sos.build(0, [[0]])
+    with pytest.raises(ValueError, match="vars"):
+        sos.monomial_basis([3], 2, 2)
+    with pytest.raises(ValueError, match="theta"):
+        sos.chain_poly(np.zeros((2, 2)))
+    prog = sos.build(3, [[0], [1], [2]])  # no clique covers x_0 x_1
+    with pytest.raises(ValueError, match="poly"):
+        prog.coeff_vector(sos.chain_poly(np.zeros(2)))
+    with pytest.raises(ValueError, match="h"):
+        sos.solve_ref(sos.build(1, [[0]]), univariate(0.0), h=0.0)
