@@ -1,15 +1,16 @@
 """Execute every chapter once with papermill, into _build/executed/, skipping chapters whose cache key is unchanged.
 
-The cache key covers the notebook's cells, the parameters it runs with, a hash of lib/paperkit and the pinned
-package versions (requirements.txt), so a library change re-runs every chapter while an untouched book re-runs
-nothing. A failed run leaves the last good executed notebook and ledger record in place; its executed copy and log
+The cache key covers the notebook's cells, the parameters it runs with, the paperkit modules the chapter imports
+(transitively, read from the import graph) and the pinned package versions (requirements.txt), so a change to one
+kernel re-runs the chapters that use it and no others, while an untouched book re-runs nothing. A failed run leaves the last good executed notebook and ledger record in place; its executed copy and log
 are kept beside them as <slug>.failed.ipynb and <slug>.log.
 
-    python tools/run_book.py [--jobs 2] [--force] [--only SLUG ...]
+    python tools/run_book.py [--jobs N (default: every core)] [--force] [--only SLUG ...]
 """
 from __future__ import annotations
 
 import argparse
+import ast
 import hashlib
 import json
 import os
@@ -25,7 +26,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "lib"))
-from paperkit.provenance import lib_hash  # noqa: E402
+from paperkit.provenance import lib_hash  # noqa: E402,F401  (build_site imports it from here)
 
 BUILD = ROOT / "_build"
 EXECUTED = BUILD / "executed"
@@ -69,15 +70,64 @@ def toc_notebooks(root: Path = ROOT) -> list[Path]:
     return found
 
 
-def cache_key(nb_path: Path, parameters: dict, lib: str) -> str:
-    """SHA-256 over every cell's type and source, the parameters, the paperkit hash and requirements.txt."""
+LIB = ROOT / "lib"
+
+
+def _imported_modules(source: str, package: str = "") -> set[str]:
+    """Dotted names of the ``paperkit`` modules a piece of Python source imports (``from paperkit.x import y`` counts
+    ``paperkit.x`` and, when it exists, ``paperkit.x.y``). Lines that IPython would treat as magics are skipped."""
+    text = "\n".join(ln for ln in source.splitlines() if not ln.lstrip().startswith(("%", "!")))
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return set()
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name.split(".")[0] == "paperkit"}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "paperkit":
+            out.add(node.module)
+            out |= {f"{node.module}.{a.name}" for a in node.names}
+    return out
+
+
+def _module_file(dotted: str) -> Path | None:
+    base = LIB / Path(*dotted.split("."))
+    for cand in (base.with_suffix(".py"), base / "__init__.py"):
+        if cand.exists():
+            return cand
+    return None
+
+
+def chapter_modules(nb_path: Path) -> list[Path]:
+    """Every paperkit source file a chapter depends on: what its cells import, closed under the modules' own
+    imports, with each package's ``__init__.py`` on the way."""
+    nb = nbformat.read(nb_path, as_version=4)
+    todo = set().union(*(_imported_modules(c.source) for c in nb.cells if c.cell_type == "code")) | {"paperkit"}
+    seen: dict[str, Path] = {}
+    while todo:
+        mod = todo.pop()
+        f = _module_file(mod)
+        if f is None or mod in seen:
+            continue
+        seen[mod] = f
+        parts = mod.split(".")
+        todo |= {".".join(parts[:i]) for i in range(1, len(parts))}
+        todo |= _imported_modules(f.read_text()) - set(seen)
+    return sorted(set(seen.values()))
+
+
+def cache_key(nb_path: Path, parameters: dict) -> str:
+    """SHA-256 over every cell's type, source and tags, the parameters, the bytes of every paperkit module the
+    chapter imports (transitively) and requirements.txt."""
     nb = nbformat.read(nb_path, as_version=4)
     h = hashlib.sha256()
     for cell in nb.cells:
         h.update(cell.cell_type.encode() + b"\0" + cell.source.encode() + b"\0")
         h.update(json.dumps(cell.metadata.get("tags", [])).encode())
     h.update(json.dumps(parameters, sort_keys=True).encode())
-    h.update(lib.encode())
+    for f in chapter_modules(nb_path):
+        h.update(f.relative_to(LIB).as_posix().encode() + b"\0" + f.read_bytes())
     h.update((ROOT / "requirements.txt").read_bytes())
     return h.hexdigest()
 
@@ -92,7 +142,9 @@ def hide_injected_parameters(nb_file: Path) -> None:
     nbformat.write(nb, nb_file)
 
 
-def run_chapter(ch: Chapter, key: str, parameters: dict, threads_per_job: int, timeout_s: int) -> Chapter:
+def run_chapter(ch: Chapter, key: str, parameters: dict, threads_per_job: int, timeout_s: int,
+                say=print) -> Chapter:
+    say(f"  start  {ch.path}")
     ch.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = ch.out.with_name(f".{ch.slug}.running.ipynb")
     log = ch.out.with_suffix(".log")
@@ -138,14 +190,14 @@ def last_error(output: str) -> str:
 
 
 def summarise(chapters: list[Chapter]) -> str:
-    rows = [f"{'chapter':55s} {'status':8s} {'time':>8s} {'claims (rep/not/fail)':>22s} {'peak MiB':>9s}"]
+    rows = [f"{'chapter':55s} {'status':8s} {'time':>8s} {'paper claims (rep/not/seed/reach)':>34s} {'peak MiB':>9s}"]
     for ch in chapters:
-        claims = ch.record.get("claims", [])
+        claims = [c for c in ch.record.get("claims", []) if c["kind"] != "construction"]
         counts = "/".join(str(sum(c["verdict"] == v for c in claims))
-                          for v in ("reproduced", "not reproduced", "failed")) if claims else "-"
+                          for v in ("reproduced", "not reproduced", "seed-dependent", "out of reach")) if claims else "-"
         mem = f"{ch.record['peak_memory_mib']:.0f}" if ch.record else "-"
         rows.append(f"{str(ch.path.relative_to('notebooks').with_suffix('')):55s} {ch.status:8s} "
-                    f"{ch.seconds:7.1f}s {counts:>22s} {mem:>9s}")
+                    f"{ch.seconds:7.1f}s {counts:>34s} {mem:>9s}")
         if ch.detail:
             rows.append(f"    {ch.detail}")
     return "\n".join(rows)
@@ -153,7 +205,8 @@ def summarise(chapters: list[Chapter]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--jobs", type=int, default=1, help="chapters run at once (one thread each when > 1)")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                    help="chapters run at once (default: one per core); each computes with its own `threads` parameter")
     ap.add_argument("--force", action="store_true", help="re-run chapters even when their cache key is unchanged")
     ap.add_argument("--only", nargs="*", default=None, help="run only these slugs")
     ap.add_argument("--timeout", type=int, default=900, help="seconds before a chapter is stopped")
@@ -167,11 +220,10 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             ap.error(f"--only names unknown chapters {sorted(unknown)}")
         chapters = [c for c in chapters if c.slug in args.only]
-    lib = lib_hash()
     parameters: dict = {}  # the book runs every chapter at its defaults
     todo = []
     for ch in chapters:
-        key = cache_key(ROOT / ch.path, parameters, lib)
+        key = cache_key(ROOT / ch.path, parameters)
         keyfile, record = ch.out.with_suffix(".key"), RESULTS / f"{ch.slug}.json"
         if (not args.force and ch.out.exists() and record.exists() and keyfile.exists()
                 and keyfile.read_text() == key):
@@ -179,21 +231,31 @@ def main(argv: list[str] | None = None) -> int:
         else:
             todo.append((ch, key))
 
-    threads = 1 if args.jobs > 1 else min(2, os.cpu_count() or 1)
+    # Each chapter computes with its own `threads` parameter (default 1, the same under every runner); the caps
+    # below only stop libraries from starting more threads than that at import.
+    threads = 1
     print(f"{len(chapters)} chapters: {len(chapters) - len(todo)} unchanged (cached), {len(todo)} to run, "
           f"{args.jobs} at a time", flush=True)
     t_all = time.perf_counter()
+    # expected seconds per chapter: its last recorded run (plus kernel start), else the mean of those known
+    known = {ch.slug: json.loads((RESULTS / f"{ch.slug}.json").read_text()).get("run_time_s", 0) + 4.0
+             for ch, _ in todo if (RESULTS / f"{ch.slug}.json").exists()}
+    guess = sum(known.values()) / len(known) if known else 30.0
+    remaining = {ch.slug: known.get(ch.slug, guess) for ch, _ in todo}
     left = len(todo)
+
+    def eta() -> str:
+        return f"about {sum(remaining.values()) / max(1, min(args.jobs, left or 1)):.0f} s left"
+
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        futures = {}
-        for ch, key in todo:
-            print(f"  start  {ch.path}", flush=True)
-            futures[pool.submit(run_chapter, ch, key, parameters, threads, args.timeout)] = ch
+        futures = {pool.submit(run_chapter, ch, key, parameters, threads, args.timeout,
+                               lambda m: print(m, flush=True)): ch for ch, key in todo}
         for fut in as_completed(futures):
             ch = fut.result()
             left -= 1
-            print(f"  {ch.status:6s} {ch.path} in {ch.seconds:.1f} s ({left} left)"
-                  + (f": {ch.detail}" if ch.detail else ""), flush=True)
+            remaining.pop(ch.slug, None)
+            print(f"  {ch.status:6s} {ch.path} in {ch.seconds:.1f} s; {time.perf_counter() - t_all:.0f} s elapsed, "
+                  f"{left} left, {eta() if left else 'done'}" + (f": {ch.detail}" if ch.detail else ""), flush=True)
     print(f"\nexecuted {len(todo)} chapter(s) in {time.perf_counter() - t_all:.1f} s\n")
     print(summarise(chapters))
     failed = [c for c in chapters if c.status == "FAILED"]

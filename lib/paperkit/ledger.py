@@ -4,11 +4,18 @@ Every chapter creates a :class:`Ledger` right after validating its parameters, a
 :meth:`Ledger.claim`, and ends with :meth:`Ledger.finish`, which writes ``<results>/<slug>.json`` and shows the
 chapter's claim table and provenance line. ``<results>`` is ``$PAPERKIT_RESULTS`` or ``<book root>/_build/results``.
 
-A claim that fails raises :class:`~paperkit.claims.ClaimFailed` at once (so papermill, nbmake and the book build
+In strict mode (parameter ``strict``, default ``True``) a claim whose verdict is not the declared one, or a broken
+construction check, raises :class:`~paperkit.claims.ClaimFailed` at once (so papermill, nbmake and the book build
 fail) after writing ``<slug>.failed.json`` beside the good record; the good record is never replaced by a failed run.
+With ``strict=False`` the verdict is recorded, flagged on the page, and the run goes on; the record is then written
+as ``<slug>.explore.json`` (never over the book's record) unless every verdict came out as declared.
+
+The claim tables are HTML (myst-nb renders Markdown output with a renderer that has no tables): the paper's claims
+in one table, construction checks in another, each row with the anchor ``claim-<id>`` for links.
 """
 from __future__ import annotations
 
+import html
 import json
 import os
 import resource
@@ -18,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from paperkit import provenance
-from paperkit.claims import Claim, ClaimFailed, Control, decide, explain
+from paperkit.claims import CONSTRUCTION, OUT_OF_REACH, Claim, ClaimFailed, Control, decide, explain
 
 
 def results_dir() -> Path:
@@ -48,6 +55,12 @@ def _jsonable(x: Any) -> Any:
     raise TypeError(f"cannot store {type(x).__name__} in a ledger record")
 
 
+def cpu_seconds() -> float:
+    """User plus system CPU time of this process so far (all its threads), seconds."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
 def peak_memory_mib() -> float:
     """Peak resident memory of this process so far, MiB (``ru_maxrss`` is in KiB on Linux)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -62,27 +75,55 @@ class Ledger:
 
     def __init__(self, slug: str, title: str, part: str, params: Any):
         self.slug, self.title, self.part = slug, title, part
-        self.params = dict(vars(params))
+        values = dict(vars(params))
+        self.spec = values.pop("_spec", None)
+        self.params = values
         if "seed" not in self.params:
             raise ValueError("Ledger: params must include 'seed'")
+        self.strict = bool(self.params.get("strict", True))
         self.claims: list[Claim] = []
         self.notes: dict[str, Any] = {}
+        self.ladder: list[dict[str, str]] = []
         self._t0 = time.perf_counter()
+        self._cpu0 = cpu_seconds()
 
-    def claim(self, id: str, text: str, *, kind: str, measured: float, op: str, threshold: float,
-              metric: str = "", paper: float | str | None = None, control: Control | None = None,
-              expect: str = "reproduced", reason: str = "") -> Claim:
-        """Check one claim, record it, print its line, and raise :class:`ClaimFailed` if its verdict is ``failed``."""
-        if any(c.id == id for c in self.claims):
-            raise ValueError(f"claim id {id!r} used twice")
+    def claim(self, id: str, text: str, *, kind: str, measured: float | None = None, op: str, threshold: float,
+              metric: str = "", source: str = "", paper: float | str | None = None, control: Control | None = None,
+              expect: str = "reproduced", reason: str = "", per_seed: Any = None) -> Claim:
+        """Check one claim (see :class:`~paperkit.claims.Claim`), record it and print its line.
+
+        Strict mode raises :class:`ClaimFailed` when the verdict is not the declared one or a construction check
+        broke; otherwise the claim is recorded as unexpected and the run goes on.
+        """
         c = decide(Claim(id=id, text=text, kind=kind, measured=measured, op=op, threshold=threshold, metric=metric,
-                         paper=paper, control=control, expect=expect, reason=reason))
+                         source=source, paper=paper, control=control, expect=expect, reason=reason,
+                         per_seed=per_seed))
+        return self._add(c)
+
+    def construction(self, id: str, text: str, *, measured: float, op: str, threshold: float, metric: str = "",
+                     control: Control | None = None) -> Claim:
+        """A check of our own code or of an identity true by construction: shown apart, never a reproduction."""
+        return self.claim(id, text, kind=CONSTRUCTION, measured=measured, op=op, threshold=threshold,
+                          metric=metric, control=control)
+
+    def out_of_reach(self, id: str, text: str, reason: str) -> Claim:
+        """A claim of the abstract this miniature cannot test, with the reason; counted in the headline as such."""
+        return self._add(decide(Claim(id=id, text=text, kind=OUT_OF_REACH, reason=reason)))
+
+    def _add(self, c: Claim) -> Claim:
+        if any(x.id == c.id for x in self.claims):
+            raise ValueError(f"claim id {c.id!r} used twice")
         self.claims.append(c)
         print(explain(c))
-        if c.verdict == "failed":
+        if not c.as_expected and self.strict:
             write_json_atomic(results_dir() / f"{self.slug}.failed.json", self.record(status="failed"))
-            raise ClaimFailed(f"{self.slug}: {explain(c)}")
+            raise ClaimFailed(f"{self.slug}: {explain(c)} (run with -p strict False to record it and go on)")
         return c
+
+    def scale_ladder(self, *rows: tuple[str, str, str]) -> None:
+        """Declare the chapter's larger runs for its run box: ``(label, papermill arguments, cost note)`` each, e.g.
+        ``("larger CPU run", "-p scale 4", "about 4 min here")``."""
+        self.ladder = [{"label": a, "args": b, "cost": c} for a, b, c in rows]
 
     def note(self, key: str, value: Any) -> None:
         """Keep a measured number (a timing ratio, a count) in the record beside the claims."""
@@ -97,9 +138,14 @@ class Ledger:
             "status": status,
             "seed": self.params["seed"],
             "parameters": self.params,
+            "parameter_spec": self.spec,
+            "strict": self.strict,
             "claims": [c.as_dict() for c in self.claims],
+            "unexpected": [c.id for c in self.claims if not c.as_expected],
             "notes": self.notes,
+            "scale_ladder": self.ladder,
             "run_time_s": round(time.perf_counter() - self._t0, 2),
+            "cpu_time_s": round(cpu_seconds() - self._cpu0, 2),
             "peak_memory_mib": round(peak_memory_mib(), 1),
             "versions": provenance.package_versions(),
             "git_commit": provenance.git_commit(),
@@ -108,14 +154,19 @@ class Ledger:
         }
 
     def finish(self):
-        """Write the record and return the chapter's claim table and provenance line as Markdown for display."""
-        if not self.claims:
+        """Write the record and return the chapter's claim tables and provenance line as HTML for display.
+
+        The book's record ``<slug>.json`` is written only when every verdict came out as declared; a non-strict
+        run with surprises writes ``<slug>.explore.json`` instead.
+        """
+        if not any(c.kind != OUT_OF_REACH for c in self.claims):
             raise ClaimFailed(f"{self.slug}: no claims were checked")
         rec = self.record()
-        write_json_atomic(results_dir() / f"{self.slug}.json", rec)
-        from IPython.display import Markdown
+        name = f"{self.slug}.json" if not rec["unexpected"] else f"{self.slug}.explore.json"
+        write_json_atomic(results_dir() / name, rec)
+        from IPython.display import HTML
 
-        return Markdown(claim_table(rec) + "\n\n" + provenance_line(rec))
+        return HTML(claim_tables_html(rec) + provenance_html(rec))
 
 
 def _fmt(x: Any) -> str:
@@ -123,30 +174,90 @@ def _fmt(x: Any) -> str:
         return "not given"
     if isinstance(x, str):
         return x
+    if isinstance(x, (list, tuple)):
+        return "[" + ", ".join(f"{v:.3g}" for v in x) + "]"
     return f"{x:.4g}"
 
 
-def claim_table(rec: dict[str, Any]) -> str:
-    """A Markdown table of a record's claims: measured beside the check, the paper's number and the verdict."""
-    rows = ["| claim | kind | measured | check | paper | negative control | verdict |",
-            "| --- | --- | --- | --- | --- | --- | --- |"]
+def _e(x: Any) -> str:
+    return html.escape(str(x), quote=True)
+
+
+PAPER_HEAD = ("claim", "kind", "measured", "check", "threshold from", "paper", "negative control", "verdict")
+CONSTRUCTION_HEAD = ("check", "measured", "test", "negative control", "outcome")
+
+
+def _control_cell(c: dict[str, Any]) -> str:
+    if c.get("control") is None:
+        return "none"
+    return (f"{_e(_fmt(c['control']['measured']))} ({_e(c['control']['what'])}): "
+            + ("rejected" if c["control_rejected"] else "<b>not rejected</b>"))
+
+
+def _verdict_cell(c: dict[str, Any]) -> str:
+    v = f'<b class="verdict verdict-{c["verdict"].replace(" ", "-")}">{_e(c["verdict"])}</b>'
+    if c.get("share") is not None:
+        v += f" (passes at {c['share']:.0%} of {len(c['per_seed'])} seeds)"
+    if c["verdict"] in ("not reproduced", "seed-dependent", "out of reach") and c.get("reason"):
+        v += f"<br><small>{_e(c['reason'])}</small>"
+    if not c.get("as_expected", True):
+        v += f"<br><b>unexpected</b>: the chapter declares <i>{_e(c['expect'])}</i> at its defaults"
+    return v
+
+
+def claim_tables_html(rec: dict[str, Any]) -> str:
+    """The record's claims as HTML tables: the paper's claims (with out-of-reach ones), then construction checks."""
+    paper = [c for c in rec["claims"] if c["kind"] != CONSTRUCTION]
+    built = [c for c in rec["claims"] if c["kind"] == CONSTRUCTION]
+    out = []
+    if paper:
+        rows = []
+        for c in paper:
+            metric = f"<br><small>{_e(c['metric'])}</small>" if c.get("metric") else ""
+            if c["kind"] == OUT_OF_REACH:
+                rows.append(f'<tr id="claim-{_e(c["id"])}"><td><b>{_e(c["id"])}</b> {_e(c["text"])}</td>'
+                            f'<td>{_e(c["kind"])}</td><td colspan="5">not tested</td><td>{_verdict_cell(c)}</td></tr>')
+                continue
+            rows.append(
+                f'<tr id="claim-{_e(c["id"])}"><td><b>{_e(c["id"])}</b> {_e(c["text"])}</td><td>{_e(c["kind"])}</td>'
+                f"<td>{_e(_fmt(c['measured']))}{metric}</td><td>{_e(c['op'])} {_e(_fmt(c['threshold']))}</td>"
+                f"<td>{_e(c.get('source', ''))}</td><td>{_e(_fmt(c['paper']))}</td><td>{_control_cell(c)}</td>"
+                f"<td>{_verdict_cell(c)}</td></tr>")
+        out.append(_table("The paper's claims", PAPER_HEAD, rows, "claims-paper"))
+    if built:
+        rows = []
+        for c in built:
+            metric = f"<br><small>{_e(c['metric'])}</small>" if c.get("metric") else ""
+            rows.append(f'<tr id="claim-{_e(c["id"])}"><td><b>{_e(c["id"])}</b> {_e(c["text"])}</td>'
+                        f"<td>{_e(_fmt(c['measured']))}{metric}</td><td>{_e(c['op'])} {_e(_fmt(c['threshold']))}</td>"
+                        f"<td>{_control_cell(c)}</td><td>{_verdict_cell(c)}</td></tr>")
+        out.append(_table("Construction checks (our code and identities true by construction; not counted as "
+                          "reproductions)", CONSTRUCTION_HEAD, rows, "claims-construction"))
+    return "\n".join(out)
+
+
+def _table(caption: str, head: tuple, rows: list[str], cls: str) -> str:
+    th = "".join(f"<th>{h}</th>" for h in head)
+    return (f'<table class="claim-table {cls}"><caption>{_e(caption)}</caption><thead><tr>{th}</tr></thead>'
+            f"<tbody>{''.join(rows)}</tbody></table>")
+
+
+def headline(rec: dict[str, Any]) -> dict[str, int]:
+    """Counts of the paper's claims by verdict (construction checks are not counted)."""
+    out = {v: 0 for v in ("reproduced", "not reproduced", "seed-dependent", "inconclusive", "out of reach")}
     for c in rec["claims"]:
-        ctl = "none"
-        if c["control"] is not None:
-            ctl = f"{_fmt(c['control']['measured'])} ({c['control']['what']}): " + (
-                "rejected" if c["control_rejected"] else "not rejected")
-        verdict = f"**{c['verdict']}**" + (f" ({c['reason']})" if c["verdict"] == "not reproduced" else "")
-        metric = f" {c['metric']}" if c["metric"] else ""
-        rows.append(f"| **{c['id']}** {c['text']} | {c['kind']} | {_fmt(c['measured'])}{metric} | "
-                    f"{c['op']} {_fmt(c['threshold'])} | {_fmt(c['paper'])} | {ctl} | {verdict} |")
-    return "\n".join(rows)
+        if c["kind"] != CONSTRUCTION:
+            out[c["verdict"]] = out.get(c["verdict"], 0) + 1
+    return out
 
 
-def provenance_line(rec: dict[str, Any]) -> str:
-    """One line: commit, library hash, seed, parameters, run time, peak memory."""
+def provenance_html(rec: dict[str, Any]) -> str:
+    """One line: commit, library hash, seed, parameters, run time, CPU time, peak memory."""
     params = ", ".join(f"{k}={v!r}" for k, v in rec["parameters"].items())
-    return (f"*Provenance:* commit `{rec['git_commit']}`, paperkit `{rec['lib_hash']}`, seed {rec['seed']}, "
-            f"parameters ({params}); ran in {rec['run_time_s']:.1f} s, peak memory {rec['peak_memory_mib']:.0f} MiB.")
+    return (f"<p><i>Provenance:</i> commit <code>{_e(rec['git_commit'])}</code>, paperkit "
+            f"<code>{_e(rec['lib_hash'])}</code>, seed {_e(rec['seed'])}, parameters ({_e(params)}); ran in "
+            f"{rec['run_time_s']:.1f} s wall, {rec.get('cpu_time_s', float('nan')):.1f} CPU-s, peak memory "
+            f"{rec['peak_memory_mib']:.0f} MiB.</p>")
 
 
 def glue(name: str, value: Any, display: bool = False) -> None:

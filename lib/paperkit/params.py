@@ -8,10 +8,16 @@ absent device fails at once with a message that names the parameter and what is 
 Example (the second code cell of every chapter)::
 
     cfg = paperkit.params.parse(globals(), {
-        "seed": params.Int(min=0),
-        "scale": params.Float(min=0.05, max=50),
+        "seed": params.Int(min=0, help="seed of every generator in the chapter"),
+        "scale": params.Float(min=0.05, max=50, help="multiplies every size below"),
         "device": params.Device(),
     })
+
+Every rule takes ``help``, a one-line meaning; the chapter's run box on its page shows the rules as a table
+(:func:`describe`). Two parameters are the book's own and every chapter accepts them without declaring them
+(:data:`BOOK_PARAMETERS`): ``strict`` (``True``: an unexpected verdict stops the run, as in CI; ``False``: it is
+recorded and shown, and the run goes on) and ``threads`` (the CPU threads the chapter computes with, Torch, BLAS
+and Numba alike; fixed, so that a chapter's numbers do not depend on who runs it).
 """
 from __future__ import annotations
 
@@ -35,6 +41,10 @@ class Int:
 
     min: int | None = None
     max: int | None = None
+    help: str = ""
+
+    def describe(self) -> str:
+        return "integer" + _range_text(self.min, self.max)
 
     def check(self, name: str, value: Any) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
@@ -49,6 +59,10 @@ class Float:
 
     min: float | None = None
     max: float | None = None
+    help: str = ""
+
+    def describe(self) -> str:
+        return "number" + _range_text(self.min, self.max)
 
     def check(self, name: str, value: Any) -> float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -65,6 +79,10 @@ class Choice:
     """One of a fixed set of values."""
 
     values: tuple
+    help: str = ""
+
+    def describe(self) -> str:
+        return "one of " + ", ".join(repr(v) for v in self.values)
 
     def check(self, name: str, value: Any) -> Any:
         if value not in self.values:
@@ -75,6 +93,11 @@ class Choice:
 @dataclass(frozen=True)
 class Device:
     """A torch device string that exists on this machine: ``cpu``, ``cuda``, ``cuda:N`` or ``mps``."""
+
+    help: str = "where Torch computes: cpu, or cuda / cuda:N / mps where present"
+
+    def describe(self) -> str:
+        return "device: 'cpu', 'cuda', 'cuda:N' or 'mps' (must exist here)"
 
     def check(self, name: str, value: Any) -> str:
         from paperkit.device import available_devices
@@ -103,6 +126,11 @@ class List:
     min_len: int = 1
     max_len: int = 64
     increasing: bool = False
+    help: str = ""
+
+    def describe(self) -> str:
+        inc = ", strictly increasing" if self.increasing else ""
+        return f"list of {self.min_len}-{self.max_len} items{inc}, each {self.item.describe()}"
 
     def check(self, name: str, value: Any) -> list:
         if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
@@ -114,6 +142,49 @@ class List:
         if self.increasing and any(b <= a for a, b in zip(out, out[1:])):
             raise ParameterError(f"parameter '{name}' must be strictly increasing, got {value!r}")
         return out
+
+
+@dataclass(frozen=True)
+class Bool:
+    """``True`` or ``False`` (papermill passes ``-p strict False`` as a bool)."""
+
+    help: str = ""
+
+    def describe(self) -> str:
+        return "True or False"
+
+    def check(self, name: str, value: Any) -> bool:
+        if not isinstance(value, bool):
+            raise ParameterError(f"parameter '{name}' must be True or False, got {value!r} ({type(value).__name__})")
+        return value
+
+
+# Parameters every chapter accepts without declaring them: (rule, default).
+BOOK_PARAMETERS = {
+    "strict": (Bool(help="True: a verdict other than the declared one stops the run (CI, defaults); False: it is "
+                         "recorded and shown, and the run finishes"), True),
+    "threads": (Int(min=1, max=256, help="CPU threads for Torch, BLAS and Numba; the chapter's numbers are "
+                                         "those of this count"), 1),
+}
+
+
+def _range_text(lo: float | None, hi: float | None) -> str:
+    if lo is None and hi is None:
+        return ""
+    if hi is None:
+        return f" >= {lo:g}"
+    if lo is None:
+        return f" <= {hi:g}"
+    return f" in [{lo:g}, {hi:g}]"
+
+
+def describe(spec: Mapping[str, Any], defaults: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One row per parameter (the chapter's, then the book's): name, default, allowed values, meaning."""
+    rows = [{"name": k, "default": defaults.get(k), "allowed": rule.describe(), "help": rule.help, "book": False}
+            for k, rule in spec.items()]
+    rows += [{"name": k, "default": defaults.get(k, d), "allowed": rule.describe(), "help": rule.help, "book": True}
+             for k, (rule, d) in BOOK_PARAMETERS.items() if k not in spec]
+    return rows
 
 
 def _check_range(name: str, value: float, lo: float | None, hi: float | None) -> None:
@@ -131,14 +202,19 @@ def parse(namespace: Mapping[str, Any], spec: Mapping[str, Any]) -> types.Simple
     functions and classes are ignored. Each spec entry checks type and range.
     Raises :class:`ParameterError` naming the first offending parameter and the allowed values.
     """
+    full = {**{k: r for k, (r, _) in BOOK_PARAMETERS.items()}, **spec}
     unknown = sorted(
         k
         for k, v in namespace.items()
-        if not k.startswith("_") and k not in _KERNEL_NAMES and k not in spec and isinstance(v, _LITERAL_TYPES)
+        if not k.startswith("_") and k not in _KERNEL_NAMES and k not in full and isinstance(v, _LITERAL_TYPES)
     )
     if unknown:
-        raise ParameterError(f"unknown parameter(s) {unknown}; this chapter accepts: {sorted(spec)}")
+        raise ParameterError(f"unknown parameter(s) {unknown}; this chapter accepts: {sorted(full)}")
     missing = sorted(k for k in spec if k not in namespace)
     if missing:
         raise ParameterError(f"parameter(s) {missing} missing from the parameters cell")
-    return types.SimpleNamespace(**{k: rule.check(k, namespace[k]) for k, rule in spec.items()})
+    values = {k: namespace[k] if k in namespace else BOOK_PARAMETERS[k][1] for k in full}
+    cfg = types.SimpleNamespace(**{k: rule.check(k, values[k]) for k, rule in full.items()})
+    # kept for the ledger's record and the run box; underscore names are not parameters
+    cfg._spec = describe(spec, {k: values[k] for k in full})
+    return cfg
