@@ -1,6 +1,6 @@
 # Two commands do everything: `make book` and `make test` (see README.md).
 PY      := .venv/bin/python
-JOBS    ?= 1
+JOBS    ?= $(shell nproc)
 STAMP   := .venv/.installed
 
 .PHONY: book test execute site unit chapters site-checks browser-deps bench clean
@@ -21,7 +21,7 @@ book: $(STAMP)
 ## make test: unit and house-rule tests, every chapter with its claims, the book build, offline and browser checks
 test: $(STAMP) browser-deps
 	$(PY) -m pytest -m "not book" -n 2 -p no:cacheprovider tests
-	$(PY) tools/run_book.py --jobs 2 --force
+	$(PY) tools/run_book.py --jobs $(JOBS) --force
 	$(PY) tools/build_site.py
 	$(PY) -m pytest -m book -p no:cacheprovider tests
 

@@ -1,23 +1,31 @@
 """Render the book into _build/html from the chapters tools/run_book.py executed.
 
-It stages the book's sources in _build/src (the config, the toc, book/, and the *executed* copy of every chapter),
-writes the status page there from the ledger records, and runs jupyter-book with its own execution off and Sphinx
-warnings as errors. Nothing in the repository is modified.
+It stages the book's sources in _build/src (the config, the toc, book/, the Sphinx extension, and the *executed*
+copy of every chapter with its generated run box), writes the generated pages there (status, data, kernel
+registry) from the ledger records, the data loaders and the kernel registry, and runs jupyter-book with its own
+execution off and Sphinx warnings as errors. Nothing in the repository is modified.
 """
 from __future__ import annotations
 
+import html
 import json
+import re
 import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import nbformat
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 from run_book import EXECUTED, RESULTS, lib_hash, toc_notebooks  # noqa: E402
 
 SRC = ROOT / "_build" / "src"
+PAPER_VERDICTS = ("reproduced", "seed-dependent", "not reproduced", "inconclusive", "out of reach")
+VERDICT_COLORS = {"reproduced": "#009E73", "seed-dependent": "#E69F00", "not reproduced": "#D55E00",
+                  "inconclusive": "#CC79A7", "out of reach": "#999999"}
 
 
 def stage() -> list[dict]:
@@ -28,6 +36,8 @@ def stage() -> list[dict]:
     for name in ("_config.yml", "_toc.yml"):
         shutil.copy2(ROOT / name, SRC / name)
     shutil.copytree(ROOT / "book", SRC / "book")
+    shutil.copytree(ROOT / "tools" / "sphinx_ext", SRC / "tools" / "sphinx_ext")
+    (SRC / ".staged").write_text("staged by tools/build_site.py from the executed chapters\n")
     records, missing = [], []
     for nb in toc_notebooks():
         executed = EXECUTED / nb.relative_to("notebooks")
@@ -40,57 +50,217 @@ def stage() -> list[dict]:
             sys.exit(f"build_site: {nb} wrote a record for slug={rec['slug']!r} part={rec['part']!r}; "
                      f"the Ledger must be given slug={nb.stem!r} and part={nb.parent.name!r}")
         (SRC / nb).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(executed, SRC / nb)
+        staged = nbformat.read(executed, as_version=4)
+        add_run_box(staged, nb, rec)
+        nbformat.write(staged, SRC / nb)
+        clean = SRC / "_downloads_src" / nb.parent.name / nb.name
+        clean.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / nb, clean)
         records.append(rec)
     if missing:
         sys.exit(f"build_site: no executed copy or ledger record for {missing}; run tools/run_book.py first")
     (SRC / "book" / "status.md").write_text(status_page(records))
+    status_figure(records, SRC / "book" / "status_verdicts.png")
+    (SRC / "book" / "data.md").write_text(data_page())
+    (SRC / "book" / "registry.md").write_text(registry_page())
     return records
 
 
+def _fmt_default(v) -> str:
+    return repr(v) if not isinstance(v, float) else f"{v:g}"
+
+
+def run_box(nb: Path, rec: dict) -> str:
+    """The "Run it yourself" box of a chapter page: its parameters (from the chapter's own declaration, as recorded
+    by the ledger), the papermill and nbmake commands, the scale ladder with measured cost, the notebook download."""
+    spec = rec.get("parameter_spec")
+    if not spec:
+        sys.exit(f"build_site: {nb} recorded no parameter declaration; its set-up cell must call params.parse")
+    rows = "".join(
+        f"<tr><td><code>{html.escape(p['name'])}</code>{' (book-wide)' if p['book'] else ''}</td>"
+        f"<td><code>{html.escape(_fmt_default(p['default']))}</code></td><td>{html.escape(p['allowed'])}</td>"
+        f"<td>{html.escape(p['help'] or '')}</td></tr>" for p in spec)
+    ladder = [("defaults (this page)", "", f"{rec['run_time_s']:.0f} s wall, {rec.get('cpu_time_s', 0):.0f} CPU-s, "
+               f"peak {rec['peak_memory_mib']:.0f} MiB, measured when the book was built")]
+    ladder += [(r["label"], r["args"], r["cost"]) for r in rec.get("scale_ladder", [])]
+    ladder_rows = "".join(f"<tr><td>{html.escape(a)}</td><td><code>{html.escape(b) or '(none)'}</code></td>"
+                          f"<td>{html.escape(c)}</td></tr>" for a, b, c in ladder)
+    rel = nb.as_posix()
+    return "\n".join([
+        ":::{admonition} Run it yourself",
+        ":class: tip runbox",
+        "",
+        f'<table class="runbox-params"><caption>Parameters of this chapter</caption><thead><tr><th>parameter</th>'
+        f"<th>default</th><th>allowed</th><th>meaning</th></tr></thead><tbody>{rows}</tbody></table>",
+        "",
+        "Re-run at other parameters (a verdict that differs from the declared one stops the run unless you add "
+        "`-p strict False`), or run the chapter as a test at its defaults:",
+        "",
+        "```bash",
+        f".venv/bin/papermill {rel} /tmp/{nb.stem}.ipynb -p seed 1 -p strict False",
+        f".venv/bin/pytest --nbmake {rel}",
+        "```",
+        "",
+        f'<table class="runbox-ladder"><caption>Scale ladder</caption><thead><tr><th>run</th><th>papermill '
+        f"arguments</th><th>cost</th></tr></thead><tbody>{ladder_rows}</tbody></table>",
+        "",
+        f"{{download}}`Download the notebook <../../_downloads_src/{nb.parent.name}/{nb.name}>`",
+        ":::",
+    ])
+
+
+def add_run_box(staged, nb: Path, rec: dict) -> None:
+    """Insert the run box right after the chapter's title cell (the first markdown cell)."""
+    first_md = next(i for i, c in enumerate(staged.cells) if c.cell_type == "markdown")
+    staged.cells.insert(first_md + 1, nbformat.v4.new_markdown_cell(run_box(nb, rec)))
+
+
+def paper_claims(rec: dict) -> list[dict]:
+    return [c for c in rec["claims"] if c["kind"] != "construction"]
+
+
+def status_figure(records: list[dict], out: Path) -> None:
+    """Horizontal stacked bars: each chapter's paper claims by verdict."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sys.path.insert(0, str(ROOT / "lib"))
+    from paperkit import plot
+
+    plot.use_book_style()
+    fig, axes = plot.panels(1, width=7.0, height=0.28 * len(records) + 1.2)
+    ax = axes[0]
+    left = [0] * len(records)
+    for v in PAPER_VERDICTS:
+        n = [sum(c["verdict"] == v for c in paper_claims(r)) for r in records]
+        ax.barh(range(len(records)), n, left=left, color=VERDICT_COLORS[v], label=v)
+        left = [a + b for a, b in zip(left, n)]
+    ax.set_yticks(range(len(records)), [r["slug"] for r in records], fontsize=7.5)
+    ax.invert_yaxis()
+    ax.set(xlabel="paper claims (count; construction checks not counted)", title="verdicts by chapter")
+    ax.legend(loc="lower right", fontsize=7.5)
+    fig.savefig(out)
+    plt.close(fig)
+
+
 def status_page(records: list[dict]) -> str:
-    """The status page's Markdown: totals, one row per chapter, the environment. Generated, never hand-edited."""
-    verdicts = [c["verdict"] for r in records for c in r["claims"]]
-    n_rep, n_not = verdicts.count("reproduced"), verdicts.count("not reproduced")
-    total_time = sum(r["run_time_s"] for r in records)
+    """The status page's Markdown: totals, the figure, every paper claim with a link to its row, the environment."""
+    paper = [c for r in records for c in paper_claims(r)]
+    n_built = sum(c["kind"] == "construction" for r in records for c in r["claims"])
+    counts = {v: sum(c["verdict"] == v for c in paper) for v in PAPER_VERDICTS}
+    cpu = sum(r.get("cpu_time_s", 0) for r in records)
     lines = [
         "# Status of every claim",
         "",
         f"Generated by `tools/build_site.py` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} from the "
         "ledger records the chapters wrote when they were executed for this build.",
         "",
-        f"**{len(records)} chapters, {len(verdicts)} claims: {n_rep} reproduced, {n_not} not reproduced.** "
-        f"Chapters' own run time (without kernel start-up) adds up to {total_time:.0f} s.",
+        f"**{len(records)} chapters, {len(paper)} claims of the papers: "
+        + ", ".join(f"{n} {v}" for v, n in counts.items()) + f".** Besides these, {n_built} construction checks "
+        "(our code against its reference, identities true by construction) passed; they are not counted. "
+        "A claim is *seed-dependent* when it was measured over a declared set of seeds and passed at some of them "
+        "only (the share is given); *inconclusive* when its negative control passed the check too.",
         "",
-        "| chapter | claims: verdict (measured, check) | run time | peak memory | seed and parameters |",
-        "| --- | --- | --- | --- | --- |",
+        "![Paper claims of each chapter by verdict](status_verdicts.png)",
+        "",
+        f"Every chapter at its defaults: {sum(r['run_time_s'] for r in records):.0f} s of wall time and "
+        f"{cpu:.0f} CPU-seconds in all (without kernel start-up); each chapter's share is in its row below.",
+        "",
     ]
     for r in records:
-        claims = "<br>".join(f"{c['id']}: **{c['verdict']}** ({c['measured']:.3g} {c['op']} {c['threshold']:.3g})"
-                             for c in r["claims"])
-        params = ", ".join(f"{k}={v}" for k, v in r["parameters"].items())
-        link = f"[{r['title']}](../notebooks/{r['part']}/{r['slug']}.ipynb)"
-        lines.append(f"| {link} | {claims} | {r['run_time_s']:.1f} s | "
-                     f"{r['peak_memory_mib']:.0f} MiB | {params} |")
-    not_rep = [(r, c) for r in records for c in r["claims"] if c["verdict"] == "not reproduced"]
-    if not_rep:
-        lines += ["", "## Not reproduced in miniature", ""]
-        lines += [f"- **{r['slug']} {c['id']}**: {c['text']} Measured {c['measured']:.4g}, check "
-                  f"{c['op']} {c['threshold']:.4g}. Why: {c['reason']}" for r, c in not_rep]
+        pc = paper_claims(r)
+        head = ", ".join(f"{sum(c['verdict'] == v for c in pc)} {v}" for v in PAPER_VERDICTS
+                         if any(c["verdict"] == v for c in pc))
+        share = 100 * r.get("cpu_time_s", 0) / cpu if cpu else 0
+        href = f"../notebooks/{r['part']}/{r['slug']}.html"
+        lines += [f"## {r['title']}", "",
+                  f"<p><a href=\"{href}\">{html.escape(r['slug'])}</a>: {head}. Ran in {r['run_time_s']:.1f} s "
+                  f"wall, {r.get('cpu_time_s', 0):.1f} CPU-s ({share:.0f}% of the book), peak "
+                  f"{r['peak_memory_mib']:.0f} MiB.</p>", ""]
+        rows = []
+        for c in pc:
+            if c["kind"] == "out of reach":
+                measured = "not tested"
+            else:
+                measured = f"{c['measured']:.3g} {c['op']} {c['threshold']:.3g}"
+                if c.get("share") is not None:
+                    measured += f"; passes at {c['share']:.0%} of {len(c['per_seed'])} seeds"
+            rows.append(f"<tr><td><a href=\"{href}#claim-{html.escape(c['id'])}\">{html.escape(c['id'])}</a></td>"
+                        f"<td>{html.escape(c['text'])}</td><td>{html.escape(c['verdict'])}</td>"
+                        f"<td>{html.escape(measured)}</td></tr>")
+        lines += ['<table class="status-claims"><thead><tr><th>claim</th><th>what it says</th><th>verdict</th>'
+                  f"<th>measured, check</th></tr></thead><tbody>{''.join(rows)}</tbody></table>", ""]
+    env = records[0] if records else {"versions": {}, "git_commit": "?", "lib_hash": "?"}
+    lines += ["## Environment", "",
+              f"Commit `{env['git_commit']}`, paperkit hash `{env['lib_hash']}`. Packages: "
+              + ", ".join(f"{k} {v}" for k, v in env["versions"].items()) + ". Kernel speeds are on the "
+              "[kernel registry](registry.md) page."]
+    return "\n".join(lines) + "\n"
+
+
+def _chapters_mentioning(pattern: str) -> list[Path]:
+    rx = re.compile(pattern)
+    return [nb for nb in toc_notebooks() if rx.search((ROOT / nb).read_text())]
+
+
+def _chapter_links(nbs: list[Path]) -> str:
+    return ", ".join(f"[{nb.stem}](../{nb.with_suffix('').as_posix()}.ipynb)" for nb in nbs) or "none yet"
+
+
+def data_page() -> str:
+    """The Data page: every real data set a loader in paperkit.data.datasets reads, and the chapters that use it."""
+    sys.path.insert(0, str(ROOT / "lib"))
+    from paperkit.data import datasets
+
+    lines = ["# Data", "", "Every real data set in the book ships inside a pinned package: nothing is downloaded. "
+             "Each has one loader in `paperkit.data.datasets`, which returns arrays and a provenance record. "
+             "Generated by `tools/build_site.py`.", "",
+             "| data set | loader | package (version) | file | licence | shape | chapters |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for name, (fn, call) in datasets.LOADERS.items():
+        prov = fn(200_000)[-1] if name == "stdlib_bytes" else fn()[-1]
+        users = _chapters_mentioning(rf"\b{name}\(")
+        lines.append(f"| {prov.name}: {prov.description} | `{call}` | {prov.package} {prov.version} | "
+                     f"`{prov.file}` | {prov.licence} | {prov.shape} | {_chapter_links(users)} |")
+    return "\n".join(lines) + "\n"
+
+
+def registry_page() -> str:
+    """The kernel registry: each kernel, its reference, its tests, the chapters using it, its benchmark ratios."""
     bench = ROOT / "_build" / "benchmarks.json"
     b = json.loads(bench.read_text()) if bench.exists() else None
-    if b is not None and b["lib_hash"] == lib_hash():
+    lines = ["# Kernel registry", "",
+             "Every registered kernel of `paperkit` with its plain reference implementation, the tests that compare "
+             "them (and the trusted library or closed form it is also checked against), the chapters that call it, "
+             "and its latest benchmark. Every kernel is also checked by the one generic contract suite "
+             "(`tests/contracts`). Generated by `tools/build_site.py`.", ""]
+    try:
+        import kernel_registry
+        rows = kernel_registry.registry_rows()
+    except ImportError:
+        rows = []
+    if rows:
+        lines += ["| kernel | reference | also checked against | tests | chapters | benchmark |",
+                  "| --- | --- | --- | --- | --- | --- |"]
+        for r in rows:
+            ratios = [x for x in (b["rows"] if b else []) if r.get("benchmark") and x["kernel"] == r["benchmark"]]
+            bench_txt = "; ".join(f"{x['ratio']:.2f}x vs {x['baseline']}" for x in ratios) or "none"
+            chapters = ", ".join(f"[{Path(c).stem}](../{Path(c).with_suffix('').as_posix()}.ipynb)"
+                                 for c in r.get("chapters", [])) or "none"
+            lines.append(f"| `{r['name']}` | `{r.get('reference') or 'none'}` | {r.get('oracle') or 'none'} | "
+                         f"{', '.join('`' + t + '`' for t in r.get('tests', [])) or 'none'} | {chapters} | "
+                         f"{bench_txt} |")
+    if b is not None:
         lines += ["", "## Kernel speed", "",
                   "Each kernel's speed as a ratio to its baseline (baseline time over kernel time, median of "
                   "interleaved repeats in one run; above 1 means the kernel is faster), from `make bench`"
-                  + (" in quick mode (small sizes)" if b["quick"] else "") + ".", "",
-                  "| kernel | baseline | ratio | shape | work |", "| --- | --- | --- | --- | --- |"]
+                  + (" in quick mode (small sizes)" if b["quick"] else "")
+                  + ("" if b["lib_hash"] == lib_hash() else " (measured on an older version of the library)")
+                  + ".", "", "| kernel | baseline | ratio | shape | work |", "| --- | --- | --- | --- | --- |"]
         lines += [f"| `{r['kernel']}` | {r['baseline']} | {r['ratio']:.2f} | {r['shape']} | {r['work']} |"
                   for r in b["rows"]]
-    env = records[0] if records else {"versions": {}, "git_commit": "?", "lib_hash": "?"}
-    lines += ["", "## Environment", "",
-              f"Commit `{env['git_commit']}`, paperkit hash `{env['lib_hash']}`. Packages: "
-              + ", ".join(f"{k} {v}" for k, v in env["versions"].items()) + "."]
     return "\n".join(lines) + "\n"
 
 

@@ -31,8 +31,18 @@ def use_book_style() -> None:
     plt.rcParams.update(STYLE)
 
 
+# The book's pages show figures at most 780 px wide; at the style's 110 dpi that is 7.1 inches. A figure drawn
+# wider is shrunk by the browser and its tick labels with it, so panels() never draws wider than this.
+MAX_WIDTH_IN = 7.1
+
+
 def panels(ncols: int = 1, nrows: int = 1, width: float = 3.4, height: float = 3.0, **kw):
-    """``fig, axes`` with panels of ``width`` x ``height`` inches; ``axes`` is always a flat list."""
-    fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False,
-                             constrained_layout=True, **kw)
+    """``fig, axes`` with panels of ``width`` x ``height`` inches; ``axes`` is always a flat list.
+
+    When ``ncols * width`` exceeds :data:`MAX_WIDTH_IN` every panel is scaled down (width and height alike), so the
+    figure is drawn at the width the page shows it and its text keeps the style's sizes.
+    """
+    shrink = min(1.0, MAX_WIDTH_IN / (width * ncols))
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols * shrink, height * nrows * shrink),
+                             squeeze=False, constrained_layout=True, **kw)
     return fig, list(axes.ravel())

@@ -18,7 +18,7 @@ def test_imported_functions_and_classes_are_not_parameters():
 
 
 @pytest.mark.parametrize("bad, message", [
-    ({"bogus": 1}, r"unknown parameter\(s\) \['bogus'\]; this chapter accepts: \['device', 'mode', 'scale', 'seed'\]"),
+    ({"bogus": 1}, r"unknown parameter\(s\) \['bogus'\]; this chapter accepts: \['device', 'mode', 'scale', 'seed', 'strict', 'threads'\]"),
     ({"seed": 1.5}, r"parameter 'seed' must be an integer, got 1.5"),
     ({"seed": True}, r"parameter 'seed' must be an integer"),
     ({"seed": "0"}, r"parameter 'seed' must be an integer"),
@@ -64,3 +64,23 @@ def test_list_items_are_checked_and_converted():
 def test_bad_lists_fail_naming_the_item(bad, message):
     with pytest.raises(ParameterError, match=message):
         params.parse(dict({"sizes": [2, 8], "scales": [1.0]}, **bad), LIST_SPEC)
+
+
+def test_book_parameters_have_defaults_and_are_checked():
+    spec = {"seed": params.Int(min=0, help="seed")}
+    cfg = params.parse({"seed": 1}, spec)
+    assert cfg.strict is True and cfg.threads == 1
+    assert [r["name"] for r in cfg._spec] == ["seed", "strict", "threads"] and cfg._spec[0]["help"] == "seed"
+    assert params.parse({"seed": 1, "strict": False, "threads": 2}, spec).threads == 2
+    with pytest.raises(ParameterError, match="parameter 'strict' must be True or False, got 'no'"):
+        params.parse({"seed": 1, "strict": "no"}, spec)
+    with pytest.raises(ParameterError, match="parameter 'threads' must be >= 1, got 0"):
+        params.parse({"seed": 1, "threads": 0}, spec)
+
+
+def test_rules_describe_what_they_allow():
+    assert params.Int(min=0).describe() == "integer >= 0"
+    assert params.Float(min=0.1, max=5).describe() == "number in [0.1, 5]"
+    assert params.Choice(("a", "b")).describe() == "one of 'a', 'b'"
+    assert params.List(params.Int(min=1), min_len=2, increasing=True).describe() == \
+        "list of 2-64 items, strictly increasing, each integer >= 1"
