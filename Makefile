@@ -3,7 +3,7 @@ PY      := .venv/bin/python
 JOBS    ?= $(shell nproc)
 STAMP   := .venv/.installed
 
-.PHONY: book test execute site unit chapters site-checks browser-deps bench clean
+.PHONY: book test execute site unit chapters site-checks browser-deps bench sweep clean
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || python3 -m venv .venv
@@ -28,6 +28,15 @@ test: $(STAMP) browser-deps
 browser-deps:
 	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null)
+
+## make sweep CHAPTER=<slug> SEEDS=0-9 PARAMS="scale=1,2" [SCHEDULER=tcp://HOST:8786]: one chapter over a grid, on Dask
+CHAPTER ?=
+SEEDS   ?= 0-9
+PARAMS  ?=
+SCHEDULER ?=
+sweep: $(STAMP)
+	@test -n "$(CHAPTER)" || (echo 'make sweep needs CHAPTER=<slug>' >&2; exit 2)
+	$(PY) tools/sweep.py $(CHAPTER) --seeds $(SEEDS) $(if $(PARAMS),--params $(PARAMS)) $(if $(SCHEDULER),--scheduler $(SCHEDULER))
 
 bench: $(STAMP)
 	$(PY) benchmarks/run_benchmarks.py

@@ -63,8 +63,10 @@ def test_knn_hand_case_and_ties():
 
 
 def test_knn_mixed_and_integer_dtypes():
-    q, r = np.arange(6).reshape(3, 2), np.arange(8, dtype=np.float32).reshape(4, 2)
+    q, r = np.arange(6).reshape(3, 2), np.arange(8, dtype=np.float64).reshape(4, 2)
     dist, idx = knn_distances(q, r, 2)
+    with pytest.raises(TypeError, match="query and ref must share one dtype"):
+        knn_distances(q.astype(np.float64), r.astype(np.float32), 2)
     np.testing.assert_allclose(dist, knn_distances_ref(q.astype(float), r.astype(float), 2)[0])
     np.testing.assert_array_equal(idx[:, 0], [0, 1, 2])
 

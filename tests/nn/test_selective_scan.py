@@ -74,7 +74,7 @@ def test_scan_counter_counts_calls_and_state_updates_and_passes_results_through(
     u, dr, A, B, C, D = inputs(2, 3, 11, 4, torch.float64, 0)
     counter = ScanCounter(selective_scan_ref)
     y, x = counter(u, dr, A, B, C, D, delta_softplus=True, return_last_state=True)
-    counter(u[:1], dr[:1], A, B[:1], C[:1])
+    counter(u[:1], dr[:1], A, B[:1], C[:1], delta_softplus=True)
     assert counter.calls == 2 and counter.state_updates == (2 + 1) * 3 * 11 * 4
     y_ref, x_ref = selective_scan_ref(u, dr, A, B, C, D, delta_softplus=True, return_last_state=True)
     torch.testing.assert_close(y, y_ref)

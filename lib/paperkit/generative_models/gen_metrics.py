@@ -18,19 +18,43 @@ from __future__ import annotations
 import numpy as np
 import scipy.linalg
 
-from paperkit.geometry.knn import in_any_ball, knn_distances
+from paperkit.geometry.knn import check_point_sets, in_any_ball, knn_distances, knn_sq_distances
+
+
+def _real(x, name: str) -> np.ndarray:
+    x = np.asarray(x)
+    if np.iscomplexobj(x) or x.dtype == np.bool_ or not np.issubdtype(x.dtype, np.number):
+        raise TypeError(f"{name} must be a real array, got dtype {x.dtype}")
+    return x.astype(np.float64)
 
 
 def _check_gaussian(mu1, S1, mu2, S2) -> tuple[np.ndarray, ...]:
-    mu1, mu2 = np.atleast_1d(np.asarray(mu1, np.float64)), np.atleast_1d(np.asarray(mu2, np.float64))
-    S1, S2 = np.atleast_2d(np.asarray(S1, np.float64)), np.atleast_2d(np.asarray(S2, np.float64))
+    mu1, mu2 = np.atleast_1d(_real(mu1, "mu1")), np.atleast_1d(_real(mu2, "mu2"))
+    S1, S2 = np.atleast_2d(_real(S1, "S1")), np.atleast_2d(_real(S2, "S2"))
     d = mu1.shape[0]
+    if d < 1:
+        raise ValueError(f"mu1 must have at least one entry (d >= 1), got shape {mu1.shape}")
     for name, x, shape in (("mu1", mu1, (d,)), ("mu2", mu2, (d,)), ("S1", S1, (d, d)), ("S2", S2, (d, d))):
         if x.shape != shape:
             raise ValueError(f"{name} must have shape {shape}, got {x.shape}")
         if not np.all(np.isfinite(x)):
             raise ValueError(f"{name} contains NaN or inf")
+    for name, S in (("S1", S1), ("S2", S2)):
+        _check_psd(S, name)
     return mu1, S1, mu2, S2
+
+
+# A covariance may miss symmetry and PSD by round-off: relative to its largest diagonal entry (or its norm)
+_PSD_RTOL = 1e-8
+
+
+def _check_psd(S: np.ndarray, name: str) -> None:
+    """Refuse a covariance that is not symmetric or not positive semi-definite beyond round-off (one eigvalsh)."""
+    scale = max(float(np.max(np.abs(S))), np.finfo(np.float64).tiny)
+    if np.max(np.abs(S - S.T)) > _PSD_RTOL * scale:
+        raise ValueError(f"{name} must be a symmetric covariance matrix")
+    if np.linalg.eigvalsh((S + S.T) / 2)[0] < -_PSD_RTOL * scale * S.shape[0]:
+        raise ValueError(f"{name} must be positive semi-definite (a covariance matrix)")
 
 
 def sqrtm_psd(S) -> np.ndarray:
@@ -103,13 +127,15 @@ def knn_precision_recall_ks(real, gen, ks) -> tuple[np.ndarray, np.ndarray]:
     where NND_k(x) is the distance from x to its k-th nearest neighbour in its own set (itself excluded).
     ``ks``: a sequence of positive ints; the neighbour search runs once at max(ks). Returns two arrays of len(ks).
     """
-    ks = [int(k) for k in ks]
-    if not ks or min(ks) < 1:
+    ks = list(ks)
+    if not ks or any(isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1 for k in ks):
         raise ValueError(f"ks must be a non-empty sequence of positive integers, got {ks!r}")
-    d_real, _ = knn_distances(real, real, max(ks), exclude_self=True)
-    d_gen, _ = knn_distances(gen, gen, max(ks), exclude_self=True)
-    precision = np.array([in_any_ball(gen, real, d_real[:, k - 1]).mean() for k in ks])
-    recall = np.array([in_any_ball(real, gen, d_gen[:, k - 1]).mean() for k in ks])
+    ks = [int(k) for k in ks]
+    # squared radii as computed, compared with squared distances: a point on a ball's boundary counts as inside
+    sq_real, _ = knn_sq_distances(real, real, max(ks), exclude_self=True)
+    sq_gen, _ = knn_sq_distances(gen, gen, max(ks), exclude_self=True)
+    precision = np.array([in_any_ball(gen, real, radii_sq=sq_real[:, k - 1]).mean() for k in ks])
+    recall = np.array([in_any_ball(real, gen, radii_sq=sq_gen[:, k - 1]).mean() for k in ks])
     return precision, recall
 
 
@@ -123,6 +149,10 @@ def knn_precision_recall(real, gen, k: int) -> tuple[float, float]:
 
 def chamfer_one_sided(A, B) -> float:
     """Mean distance from each row of A (n, d) to its nearest row of B (m, d): (1/n) sum_i min_j ||a_i - b_j||."""
+    A, B = check_point_sets(A, B, "A", "B")
+    for name, X in (("A", A), ("B", B)):
+        if X.shape[0] == 0:
+            raise ValueError(f"{name} is empty: the mean nearest-neighbour distance needs points in A and B")
     dist, _ = knn_distances(A, B, 1)
     return float(dist[:, 0].mean())
 
@@ -148,3 +178,46 @@ def evaluate(real, gen, k: int = 5) -> dict[str, float]:
     precision, recall = knn_precision_recall(real, gen, k)
     return {"FID": fid(real, gen), "precision": precision, "recall": recall,
             "Chamfer fidelity": chamfer_fidelity(real, gen), "Chamfer coverage": chamfer_coverage(real, gen)}
+
+
+# ----------------------------------------------------------------------------------------------------- registry
+
+def _gaussian_inputs(rng, size):
+    d = size
+    X, Y = rng.normal(size=(d + 3, d)), rng.normal(size=(d + 5, d))
+    return {"mu1": rng.normal(size=d), "S1": X.T @ X / (d + 3), "mu2": rng.normal(size=d), "S2": Y.T @ Y / (d + 5)}
+
+
+def _chamfer_inputs(rng, size):
+    return {"A": rng.normal(size=(size, 3)), "B": rng.normal(size=(4, 3))}
+
+
+def _chamfer_ref(A, B):
+    """Closed form of :func:`chamfer_one_sided` with a dense distance matrix (the kNN reference, k = 1)."""
+    from paperkit.geometry.knn import knn_distances_ref
+
+    A, B = check_point_sets(A, B, "A", "B")
+    for name, X in (("A", A), ("B", B)):
+        if X.shape[0] == 0:
+            raise ValueError(f"{name} is empty: the mean nearest-neighbour distance needs points in A and B")
+    return float(knn_distances_ref(A, B, 1)[0][:, 0].mean())
+
+
+def _registry():
+    from paperkit.contracts import Arg as _Arg, Contract as _Contract, Kernel as _Kernel
+
+    return [
+    _Kernel("gen_metrics.frechet_distance", frechet_distance, frechet_distance_ref, _gaussian_inputs,
+            _Contract(args=(_Arg("mu1", ("float64",), 1), _Arg("S1", ("float64",), 2),
+                            _Arg("mu2", ("float64",), 1), _Arg("S2", ("float64",), 2)),
+                      empty="error", shapes="mu1, mu2: (d,); S1, S2: (d, d) symmetric PSD"),
+            tol={"float64": (1e-6, 1e-8)}, oracle="pytorch-fid's scipy.linalg.sqrtm recipe; closed form for "
+            "commuting covariances"),
+    _Kernel("gen_metrics.chamfer_one_sided", chamfer_one_sided, _chamfer_ref, _chamfer_inputs,
+            _Contract(args=(_Arg("A", ndim=2, same_dtype_as="B", scale=True), _Arg("B", ndim=2, scale=True)),
+                      empty="error", shapes="A: (n, d), B: (m, d)"),
+            tol={"float64": (1e-12, 1e-12), "float32": (1e-6, 1e-6)}, oracle="dense distance matrix (k = 1)"),
+    ]
+
+
+KERNELS = _registry()

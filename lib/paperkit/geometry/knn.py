@@ -25,19 +25,52 @@ def _as_points(x, name: str) -> np.ndarray:
     x = np.asarray(x)
     if x.ndim != 2:
         raise ValueError(f"{name} must be a 2-D array (n, d), got shape {x.shape}")
+    if x.shape[1] < 1:
+        raise ValueError(f"{name} must have at least one column (d >= 1), got shape {x.shape}")
     if x.dtype not in (np.float32, np.float64):
-        x = x.astype(np.float64)
+        if x.dtype == np.bool_ or not np.issubdtype(x.dtype, np.number) or np.iscomplexobj(x):
+            raise TypeError(f"{name} must be a real float or integer array, got dtype {x.dtype}")
+        x = x.astype(np.float64)  # integers: exact below 2**53
     if not np.all(np.isfinite(x)):
         raise ValueError(f"{name} contains NaN or inf")
     return np.ascontiguousarray(x)
 
 
+def _check_scale(x: np.ndarray, name: str) -> None:
+    """Refuse coordinates so large that a squared distance would overflow: |x| <= 0.5 sqrt(max / d), with max the
+    largest float of x's dtype for the products (float32 differences are squared in float32) and of float64 for
+    the sum over the d columns (O(n d), no effect on valid inputs)."""
+    if x.size == 0:
+        return
+    d = x.shape[1]
+    limit = 0.5 * min(np.sqrt(np.finfo(x.dtype).max), np.sqrt(np.finfo(np.float64).max / d))
+    amax = float(np.max(np.abs(x)))
+    if amax > limit:
+        raise ValueError(f"{name} has coordinates up to {amax:.3g}: beyond {limit:.3g} squared distances in d = {d} "
+                         f"would overflow {x.dtype}; rescale the points")
+
+
+def _same_dtype(a: np.ndarray, b: np.ndarray, na: str, nb: str) -> None:
+    if a.dtype != b.dtype:
+        raise TypeError(f"{na} and {nb} must share one dtype (no silent cast), got {a.dtype} and {b.dtype}")
+
+
+def check_point_sets(a, b, name_a: str = "query", name_b: str = "ref") -> tuple[np.ndarray, np.ndarray]:
+    """Validate two point sets (n, d) and (m, d) for a distance kernel; errors name ``name_a`` / ``name_b``.
+
+    Real float32/float64 of one dtype (integers are cast to float64), finite, d >= 1 columns shared, and small
+    enough that squared distances cannot overflow. Returns both as contiguous arrays. O(n d).
+    """
+    a, b = _as_points(a, name_a), _as_points(b, name_b)
+    if a.shape[1] != b.shape[1]:
+        raise ValueError(f"{name_a} and {name_b} must have the same number of columns, got {a.shape} and {b.shape}")
+    _same_dtype(a, b, name_a, name_b)
+    _check_scale(a, name_a), _check_scale(b, name_b)
+    return a, b
+
+
 def _check_knn(query, ref, k, exclude_self) -> tuple[np.ndarray, np.ndarray, int]:
-    query, ref = _as_points(query, "query"), _as_points(ref, "ref")
-    if query.shape[1] != ref.shape[1]:
-        raise ValueError(f"query and ref must have the same number of columns, got {query.shape} and {ref.shape}")
-    if query.dtype != ref.dtype:
-        query, ref = query.astype(np.float64), ref.astype(np.float64)
+    query, ref = check_point_sets(query, ref, "query", "ref")
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
         raise ValueError(f"k must be an integer, got {k!r}")
     if exclude_self and query.shape[0] != ref.shape[0]:
@@ -78,15 +111,22 @@ def _knn_kernel(query, ref, k, exclude_self, out_sq, out_idx):
 def knn_distances(query, ref, k: int, exclude_self: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Distances and indices of the ``k`` nearest ``ref`` rows of every ``query`` row (Numba, serial).
 
-    query: (n, d), ref: (m, d), float32 or float64 (other dtypes are cast to float64).
+    query: (n, d), ref: (m, d), d >= 1, float32 or float64 of one dtype (integer arrays are cast to float64;
+    complex, bool, mixed float dtypes and coordinates whose squared distances would overflow are refused).
     Returns ``dist`` (n, k) float64, ascending, ``dist[i, j] = ||query[i] - ref[idx[i, j]]||_2``, and
     ``idx`` (n, k) int64. With ``exclude_self`` (needs n == m), ``ref[i]`` is never a neighbour of ``query[i]``.
     """
+    sq, idx = knn_sq_distances(query, ref, k, exclude_self)
+    return np.sqrt(sq), idx
+
+
+def knn_sq_distances(query, ref, k: int, exclude_self: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`knn_distances` before the square root: squared distances (n, k) float64, ascending, and indices."""
     query, ref, k = _check_knn(query, ref, k, exclude_self)
     sq = np.empty((query.shape[0], k), dtype=np.float64)
     idx = np.empty((query.shape[0], k), dtype=np.int64)
     _knn_kernel(query, ref, k, bool(exclude_self), sq, idx)
-    return np.sqrt(sq), idx
+    return sq, idx
 
 
 def knn_distances_ref(query, ref, k: int, exclude_self: bool = False) -> tuple[np.ndarray, np.ndarray]:
@@ -108,19 +148,20 @@ def knn_distances_ref(query, ref, k: int, exclude_self: bool = False) -> tuple[n
     return dist, idx
 
 
-def _check_balls(query, centers, radii) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    query, centers = _as_points(query, "query"), _as_points(centers, "centers")
-    if query.shape[1] != centers.shape[1]:
-        raise ValueError(f"query and centers must have the same number of columns, got {query.shape} and "
-                         f"{centers.shape}")
-    if query.dtype != centers.dtype:
-        query, centers = query.astype(np.float64), centers.astype(np.float64)
-    radii = np.asarray(radii, dtype=np.float64)
+def _check_balls(query, centers, radii, squared: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Validated query, centers and the squared radii (``radii`` squared, or ``radii_sq`` as given)."""
+    query, centers = check_point_sets(query, centers, "query", "centers")
+    name = "radii_sq" if squared else "radii"
+    radii = np.asarray(radii)
+    if np.iscomplexobj(radii) or radii.dtype == np.bool_ or not np.issubdtype(radii.dtype, np.number):
+        raise TypeError(f"{name} must be a real array, got dtype {radii.dtype}")
+    radii = radii.astype(np.float64)
     if radii.shape != (centers.shape[0],):
-        raise ValueError(f"radii must have shape ({centers.shape[0]},) to match centers, got {radii.shape}")
+        raise ValueError(f"{name} must have shape ({centers.shape[0]},) to match centers, got {radii.shape}")
     if not np.all(np.isfinite(radii)) or np.any(radii < 0):
-        raise ValueError("radii must be finite and >= 0")
-    return query, centers, np.ascontiguousarray(radii)
+        raise ValueError(f"{name} must be finite and >= 0")
+    # the kernels compare squared distances with squared radii
+    return query, centers, np.ascontiguousarray(radii if squared else radii * radii)
 
 
 @njit(cache=True)
@@ -139,25 +180,68 @@ def _ball_kernel(query, centers, radii_sq, out):
         out[i] = hit
 
 
-def in_any_ball(query, centers, radii) -> np.ndarray:
+def _radii_arg(radii, radii_sq):
+    if (radii is None) == (radii_sq is None):
+        raise TypeError("give exactly one of radii and radii_sq")
+    return (radii, False) if radii_sq is None else (radii_sq, True)
+
+
+def in_any_ball(query, centers, radii=None, *, radii_sq=None) -> np.ndarray:
     """Whether each query row lies in some closed ball: ``exists j: ||query[i] - centers[j]||_2 <= radii[j]``.
 
     query: (n, d), centers: (m, d), radii: (m,) >= 0. Returns (n,) bool. Numba, serial, stops at the first hit.
+    The test is ``squared distance <= radii[j]**2``; pass ``radii_sq`` (squared radii, as :func:`knn_sq_distances`
+    returns them) instead of ``radii`` to compare with them as computed: a point exactly on the boundary then
+    stays inside (sqrt and squaring again can round a squared radius down by one ulp).
     """
-    query, centers, radii = _check_balls(query, centers, radii)
+    query, centers, r2 = _check_balls(query, centers, *_radii_arg(radii, radii_sq))
     out = np.empty(query.shape[0], dtype=np.bool_)
-    _ball_kernel(query, centers, radii * radii, out)
+    _ball_kernel(query, centers, r2, out)
     return out
 
 
-def in_any_ball_ref(query, centers, radii) -> np.ndarray:
+def in_any_ball_ref(query, centers, radii=None, *, radii_sq=None) -> np.ndarray:
     """Plain NumPy reference for :func:`in_any_ball`: same signature, same output."""
-    query, centers, radii = _check_balls(query, centers, radii)
+    query, centers, radii = _check_balls(query, centers, *_radii_arg(radii, radii_sq))
     n, m = query.shape[0], centers.shape[0]
     rows = max(1, _REF_BLOCK_ELEMS // max(1, m * query.shape[1]))
     out = np.empty(n, dtype=np.bool_)
     for s in range(0, n, rows):
         diff = query[s:s + rows, None, :] - centers[None, :, :]
         sq = np.sum(diff * diff, axis=-1, dtype=np.float64)
-        out[s:s + rows] = np.any(sq <= radii * radii, axis=1)
+        out[s:s + rows] = np.any(sq <= radii, axis=1)  # radii: squared by _check_balls
     return out
+
+
+# ----------------------------------------------------------------------------------------------------- registry
+
+def _knn_inputs(rng, size):
+    return {"query": rng.normal(size=(size, 3)), "ref": rng.normal(size=(6, 3)), "k": 2}
+
+
+def _ball_inputs(rng, size):
+    return {"query": rng.normal(size=(size, 3)), "centers": rng.normal(size=(6, 3)),
+            "radii": rng.uniform(0.2, 1.0, size=6)}
+
+
+def _registry():
+    from paperkit.contracts import Arg, Contract, Kernel
+
+    pts = "query: (n, d), ref/centers: (m, d), one float dtype, d >= 1"
+    return [
+        Kernel("knn.knn_distances", knn_distances, knn_distances_ref, _knn_inputs,
+               Contract(args=(Arg("query", ndim=2, same_dtype_as="ref", scale=True), Arg("ref", ndim=2, scale=True)),
+                        empty="value", empty_value=lambda kw: (np.zeros((0, kw["k"])), np.zeros((0, kw["k"]))),
+                        shapes=pts + "; 1 <= k <= m"),
+               tol={"float64": (1e-12, 1e-12), "float32": (1e-6, 1e-6)}, benchmark="knn_distances (numba)",
+               oracle="scikit-learn NearestNeighbors (brute force)"),
+        Kernel("knn.in_any_ball", in_any_ball, in_any_ball_ref, _ball_inputs,
+               Contract(args=(Arg("query", ndim=2, same_dtype_as="centers", scale=True),
+                              Arg("centers", ndim=2, scale=True), Arg("radii", ("float64",), 1, low=0.0)),
+                        empty="value", empty_value=lambda kw: np.zeros(0), shapes=pts + "; radii: (m,) >= 0"),
+               tol={"float64": (0, 0), "float32": (0, 0)}, benchmark="in_any_ball (numba)",
+               oracle="exact integer lattice with hand-counted boundary points"),
+    ]
+
+
+KERNELS = _registry()

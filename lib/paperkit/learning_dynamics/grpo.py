@@ -46,19 +46,29 @@ def _check_group_size(G, name: str = "G", min_value: int = 1) -> int:
 def mixed_group_prob(p, G: int) -> np.ndarray:
     """``P_mix(p, G) = 1 - p^G - (1-p)^G``: probability that G Bernoulli(p) rollouts hold a success and a failure.
 
-    ``p``: array-like of pass rates in [0, 1], any shape; returns float64 of the same shape, in [0, 1]. Exact; the
-    powers go through ``log``/``log1p`` so that ``(1-p)^G`` keeps its precision when ``p`` is tiny.
+    ``p``: array-like of pass rates in [0, 1], any shape; returns float64 of the same shape, in [0, 1]. Computed as
+    ``-expm1(G log1p(-p)) - p^G`` (``1 - (1-p)^G`` without cancellation, so small ``p`` keeps its relative
+    precision: P_mix ~ G p); ``G = 1`` gives exactly 0.
     """
     G = _check_group_size(G)
-    p = np.asarray(p, dtype=np.float64)
+    p = _check_pass_rates(p)
+    if G == 1:
+        return np.zeros_like(p)
+    with np.errstate(divide="ignore"):
+        # 1 - (1-p)^G = -expm1(G log1p(-p)); log1p(-1) = -inf covers p = 1
+        at_least_one = -np.expm1(G * np.log1p(-p))
+    # clip: rounding could leave -1e-17 near p = 1
+    return np.clip(at_least_one - p**G, 0.0, 1.0)
+
+
+def _check_pass_rates(p) -> np.ndarray:
+    p = np.asarray(p)
+    if np.iscomplexobj(p) or p.dtype == np.bool_ or not np.issubdtype(p.dtype, np.number):
+        raise TypeError(f"p must be a real array of pass rates, got dtype {p.dtype}")
+    p = p.astype(np.float64)
     if np.any((p < 0) | (p > 1)) or np.any(np.isnan(p)):
         raise ValueError("p must lie in [0, 1]")
-    with np.errstate(divide="ignore"):
-        # p^G = exp(G log p), (1-p)^G = exp(G log1p(-p)); exp(-inf) = 0 covers p = 0 and p = 1
-        all_pass = np.exp(G * np.log(p))
-        all_fail = np.exp(G * np.log1p(-p))
-    # clip: for G = 1 the exact value is 0, and rounding could leave -1e-17
-    return np.clip(1.0 - all_pass - all_fail, 0.0, 1.0)
+    return p
 
 
 def mixed_group_prob_ref(p, G: int) -> np.ndarray:
@@ -66,9 +76,7 @@ def mixed_group_prob_ref(p, G: int) -> np.ndarray:
     from scipy.stats import binom  # imported here: scipy.stats costs about a second to import
 
     G = _check_group_size(G)
-    p = np.asarray(p, dtype=np.float64)
-    if np.any((p < 0) | (p > 1)) or np.any(np.isnan(p)):
-        raise ValueError("p must lie in [0, 1]")
+    p = _check_pass_rates(p)
     return 1.0 - binom.pmf(0, G, p) - binom.pmf(G, G, p)
 
 
@@ -112,7 +120,9 @@ def grpo_advantages(rewards: torch.Tensor, norm: str = "std", eps: float = 1e-4)
     centred = rewards - rewards.mean(dim=1, keepdim=True)
     if norm == "none":
         return centred
-    return centred / (rewards.std(dim=1, keepdim=True) + eps)
+    denom = rewards.std(dim=1, keepdim=True) + eps
+    # an all-same group has centred = 0 and, with eps = 0, denom = 0: its advantages are 0 (as group_logit_grad)
+    return centred / torch.where(denom > 0, denom, torch.ones_like(denom))
 
 
 def group_logit_grad(rewards: np.ndarray, p: np.ndarray, norm: str = "std", eps: float = 1e-4) -> np.ndarray:
@@ -149,10 +159,15 @@ def _grad_from_counts(k: np.ndarray, G: int, p: np.ndarray, norm: str, eps: floa
 
 
 def _check_theta_idx(theta, idx) -> tuple[np.ndarray, np.ndarray]:
-    """theta as a 1-D float64 array of logits and idx as 1-D integer prompt ids inside it."""
-    theta = np.asarray(theta, dtype=np.float64)
+    """theta as a 1-D float64 array of finite logits and idx as 1-D integer prompt ids inside it."""
+    theta = np.asarray(theta)
+    if np.iscomplexobj(theta) or theta.dtype == np.bool_ or not np.issubdtype(theta.dtype, np.number):
+        raise TypeError(f"theta must be a real array of logits, got dtype {theta.dtype}")
+    theta = theta.astype(np.float64)
     if theta.ndim != 1:
         raise ValueError(f"theta must be 1-D (one logit per prompt), got shape {theta.shape}")
+    if not np.all(np.isfinite(theta)):
+        raise ValueError("theta must be finite (logits)")
     idx = np.asarray(idx)
     if idx.ndim != 1 or not np.issubdtype(idx.dtype, np.integer):
         raise ValueError(f"idx must be a 1-D integer array, got shape {idx.shape} dtype {idx.dtype}")
@@ -163,8 +178,13 @@ def _check_theta_idx(theta, idx) -> tuple[np.ndarray, np.ndarray]:
 
 def _check_step_args(theta, idx, rewards, lr):
     theta, idx = _check_theta_idx(theta, idx)
-    rewards = np.asarray(rewards, dtype=np.float64)
+    rewards = np.asarray(rewards)
+    if np.iscomplexobj(rewards) or not np.issubdtype(rewards.dtype, np.number):
+        raise TypeError(f"rewards must be a real array, got dtype {rewards.dtype}")
+    rewards = rewards.astype(np.float64)
     _check_rewards(rewards)
+    if not np.all((rewards == 0) | (rewards == 1)):
+        raise ValueError("rewards must be binary (0 or 1): the closed-form step assumes a verifier's rewards")
     if rewards.shape[0] != idx.size:
         raise ValueError(f"rewards has {rewards.shape[0]} groups but idx names {idx.size} prompts")
     if not lr > 0:
@@ -498,3 +518,44 @@ def binned_r2(x: np.ndarray, y: np.ndarray, f: np.ndarray, edges: np.ndarray):
     r2 = 1.0 - float(((ybar - a * fbar) ** 2).sum() / ((ybar - ybar.mean()) ** 2).sum())
     return r2, a, xbar, ybar, fbar
 
+
+
+# ----------------------------------------------------------------------------------------------------- registry
+
+def _p_inputs(rng, size):
+    return {"p": rng.uniform(0, 1, size=size), "G": 8}
+
+
+def _step_inputs(rng, size):
+    n = 4
+    return {"theta": rng.normal(size=n), "idx": rng.integers(0, n, size=size),
+            "rewards": (rng.random((size, 6)) < 0.5).astype(np.float64), "lr": 0.5}
+
+
+def _sample_inputs(rng, size):
+    n = 4
+    return {"theta": rng.normal(size=n), "idx": rng.integers(0, n, size=size), "G": 5,
+            "rng": np.random.default_rng(int(rng.integers(1 << 30)))}
+
+
+def _registry():
+    from paperkit.contracts import Arg, Contract, Kernel
+
+    return [
+        Kernel("grpo.mixed_group_prob", mixed_group_prob, mixed_group_prob_ref, _p_inputs,
+               Contract(args=(Arg("p", ("float64",), low=0.0, high=1.0),), empty="value",
+                        empty_value=lambda kw: np.zeros(0), shapes="p: any shape; G >= 1"),
+               tol={"float64": (1e-12, 1e-15)}, oracle="scipy.stats.binom pmf; exact fractions"),
+        Kernel("grpo.grpo_step", grpo_step, grpo_step_ref, _step_inputs,
+               Contract(args=(Arg("theta", ("float64",), 1), Arg("rewards", ("float64",), 2)), empty="value",
+                        empty_value=lambda kw: kw["theta"], shapes="theta: (n_prompts,); idx: (n_groups,); "
+                        "rewards: (n_groups, G), G >= 2"),
+               tol={"float64": (1e-12, 1e-14)}, oracle="Torch autograd of TRL's surrogate loss"),
+        Kernel("grpo.sample_rewards", sample_rewards, sample_rewards_ref, _sample_inputs,
+               Contract(args=(Arg("theta", ("float64",), 1),), empty="value",
+                        empty_value=lambda kw: np.zeros((0, kw["G"])), shapes="theta: (n,); idx: (m,) in [0, n)"),
+               tol={"float64": (0, 0)}, oracle="one Bernoulli draw at a time"),
+    ]
+
+
+KERNELS = _registry()

@@ -44,12 +44,39 @@ def _check(u, delta, A, B, C, D) -> tuple[int, int, int, int]:
             raise ValueError(f"{name} must be (batch, N, L) = {(b, n, L)}, got {tuple(M.shape)}")
     if D is not None and tuple(D.shape) != (d,):
         raise ValueError(f"D must be (D,) = ({d},), got {tuple(D.shape)}")
+    if L < 1 or n < 1:
+        raise ValueError(f"u needs L >= 1 timesteps and A N >= 1 states, got L = {L} (u {tuple(u.shape)}), N = {n}")
     return b, d, L, n
+
+
+def _dtype_name(x) -> str:
+    return str(x.dtype).replace("torch.", "")
+
+
+def _finite(x) -> bool:
+    return bool(torch.isfinite(x).all()) if isinstance(x, torch.Tensor) else bool(np.all(np.isfinite(x)))
+
+
+def _check_values(u, delta, A, B, C, D, delta_softplus: bool) -> None:
+    """One float dtype for every argument (no silent cast); finite values; delta >= 0 unless it goes through
+    softplus. O(size) once per call, outside the recurrence."""
+    named = [("u", u), ("delta", delta), ("A", A), ("B", B), ("C", C)] + ([("D", D)] if D is not None else [])
+    for name, x in named:
+        if _dtype_name(x) not in ("float32", "float64"):
+            raise TypeError(f"{name} must be float32 or float64, got {_dtype_name(x)}")
+        if _dtype_name(x) != _dtype_name(u):
+            raise TypeError(f"{name} has dtype {_dtype_name(x)} but u has {_dtype_name(u)}: pass one dtype "
+                            f"(no silent cast)")
+        if not _finite(x):
+            raise ValueError(f"{name} contains NaN or inf")
+    if not delta_softplus and bool((delta < 0).any()):
+        raise ValueError("delta must be >= 0 (a step size), or pass delta_softplus=True")
 
 
 def selective_scan_ref(u, delta, A, B, C, D=None, delta_softplus=False, return_last_state=False):
     """Oracle: the recurrence one timestep at a time (Torch tensors; differentiable). See the module docstring."""
     bsz, d, L, n = _check(u, delta, A, B, C, D)
+    _check_values(u, delta, A, B, C, D, delta_softplus)
     if delta_softplus:
         delta = F.softplus(delta)
     x = u.new_zeros(bsz, d, n)
@@ -85,13 +112,13 @@ def _scan_numba(u, delta, A, B, C, Dv, has_D, y, x_last):
 
 
 def selective_scan_numba(u, delta, A, B, C, D=None, delta_softplus=False, return_last_state=False):
-    """Fast forward kernel (NumPy arrays, float32 or float64; all arguments converted to ``u``'s dtype)."""
-    u = np.ascontiguousarray(u)
-    if u.dtype not in (np.float32, np.float64):
-        raise ValueError(f"u must be float32 or float64, got {u.dtype}")
-    cast = lambda a: np.ascontiguousarray(a, dtype=u.dtype)  # noqa: E731
-    delta, A, B, C = cast(delta), cast(A), cast(B), cast(C)
+    """Fast forward kernel (NumPy arrays, all float32 or all float64: a mixed dtype is refused, not cast)."""
+    u, delta, A, B, C = (np.asarray(a) for a in (u, delta, A, B, C))
+    D = None if D is None else np.asarray(D)
     bsz, d, L, n = _check(u, delta, A, B, C, D)
+    _check_values(u, delta, A, B, C, D, delta_softplus)
+    cast = lambda a: np.ascontiguousarray(a, dtype=u.dtype)  # noqa: E731
+    u, delta, A, B, C = cast(u), cast(delta), cast(A), cast(B), cast(C)
     if delta_softplus:
         # softplus(x) = log(1 + e^x), computed stably
         delta = np.logaddexp(0.0, delta).astype(u.dtype)
@@ -124,6 +151,7 @@ def selective_scan_torch(u, delta, A, B, C, D=None, delta_softplus=False, return
     scan; the state entering the chunk is carried by the cumulative decay. Memory O(batch D chunk N) per chunk.
     """
     bsz, d, L, n = _check(u, delta, A, B, C, D)
+    _check_values(u, delta, A, B, C, D, delta_softplus)
     if chunk < 1:
         raise ValueError(f"chunk must be >= 1, got {chunk}")
     if delta_softplus:
@@ -155,3 +183,45 @@ class ScanCounter:
         self.calls += 1
         self.state_updates += u.shape[0] * u.shape[1] * u.shape[2] * A.shape[-1]
         return self.scan(u, delta, A, B, C, D, **kw)
+
+
+# ----------------------------------------------------------------------------------------------------- registry
+
+def _scan_inputs_torch(rng, size):
+    b, d, n, L = 2, 3, 4, size
+    g = lambda *shape: torch.from_numpy(rng.normal(size=shape))  # noqa: E731
+    return {"u": g(b, d, L), "delta": torch.from_numpy(rng.uniform(0.01, 0.5, size=(b, d, L))),
+            "A": -torch.from_numpy(rng.uniform(0.5, 2.0, size=(d, n))), "B": g(b, n, L), "C": g(b, n, L),
+            "D": g(d)}
+
+
+def _scan_inputs_numpy(rng, size):
+    return {k: v.numpy() for k, v in _scan_inputs_torch(rng, size).items()}
+
+
+def selective_scan_ref_numpy(u, delta, A, B, C, D=None, delta_softplus=False, return_last_state=False):
+    """:func:`selective_scan_ref` on NumPy arrays (the reference of :func:`selective_scan_numba`)."""
+    t = lambda a: None if a is None else torch.from_numpy(np.asarray(a))  # noqa: E731
+    out = selective_scan_ref(t(u), t(delta), t(A), t(B), t(C), t(D), delta_softplus, return_last_state)
+    return tuple(o.numpy() for o in out) if return_last_state else out.numpy()
+
+
+def _registry():
+    from paperkit.contracts import Arg, Contract, Kernel
+
+    args = (Arg("u", ndim=3), Arg("delta", ndim=3, low=0.0, same_dtype_as="u"),
+            Arg("A", ndim=2, same_dtype_as="u"), Arg("B", ndim=3, same_dtype_as="u"),
+            Arg("C", ndim=3, same_dtype_as="u"), Arg("D", ndim=1, same_dtype_as="u"))
+    shapes = "u, delta: (batch, D, L); A: (D, N); B, C: (batch, N, L); D: (D,); L, N >= 1; one float dtype"
+    contract = Contract(args=args, empty="error", shapes=shapes)
+    return [
+        Kernel("selective_scan.selective_scan_numba", selective_scan_numba, selective_scan_ref_numpy,
+               _scan_inputs_numpy, contract, tol={"float64": (1e-10, 1e-12), "float32": (1e-4, 1e-5)},
+               benchmark="selective_scan_numba", oracle="mamba-ssm's selective_scan_ref (same recurrence)"),
+        Kernel("selective_scan.selective_scan_torch", selective_scan_torch, selective_scan_ref, _scan_inputs_torch,
+               contract, tol={"float64": (1e-10, 1e-12), "float32": (1e-4, 1e-5)},
+               oracle="mamba-ssm's selective_scan_ref (same recurrence)"),
+    ]
+
+
+KERNELS = _registry()

@@ -41,6 +41,8 @@ class TinyConfig:
                 raise ValueError(f"TinyConfig.{name} must be >= 1, got {getattr(self, name)}")
         if self.d_model % self.n_heads:
             raise ValueError(f"TinyConfig.d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+        if not (isinstance(self.pe_scale, (int, float)) and math.isfinite(self.pe_scale)):
+            raise ValueError(f"TinyConfig.pe_scale must be a finite number, got {self.pe_scale!r}")
         if self.pos not in POS_KINDS:
             raise ValueError(f"TinyConfig.pos must be one of {POS_KINDS}, got {self.pos!r}")
         if self.pos == "rope" and (self.d_model // self.n_heads) % 2:
@@ -72,13 +74,18 @@ def attention_probs(q: torch.Tensor, k: torch.Tensor, causal: bool,
     """softmax(q k^T / sqrt(dh)) with an optional mask; (batch, heads, Lq, Lk).
 
     ``allowed`` (Lq, Lk) bool, True where a query may attend, replaces the causal mask when given (every row must
-    allow at least one key); otherwise ``causal`` masks the future.
+    allow at least one key; a row allowing none is refused, as softmax over no key is NaN); otherwise ``causal``
+    masks the future. The causal mask is bottom-right aligned: query i (of Lq) sees keys j <= i + (Lk - Lq), i.e. the
+    queries are the LAST Lq positions of the keys (a KV cache). ``F.scaled_dot_product_attention(is_causal=True)``
+    is top-left aligned (j <= i); the two agree only when Lq == Lk.
     """
     scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
     Lq, Lk = scores.shape[-2:]
     if allowed is not None:
         if allowed.shape != (Lq, Lk) or allowed.dtype != torch.bool:
             raise ValueError(f"allowed must be a ({Lq}, {Lk}) bool mask, got {allowed.dtype} {tuple(allowed.shape)}")
+        if not bool(allowed.any(dim=-1).all()):
+            raise ValueError("allowed: every query row must allow at least one key (an all-False row gives NaN)")
         mask = allowed
     elif causal:
         mask = torch.ones(Lq, Lk, dtype=torch.bool, device=q.device).tril(Lk - Lq)

@@ -111,20 +111,44 @@ def pieces(poc: str, endpoint: str) -> Pieces:
 
 # ----------------------------------------------------------------------------------------------- bounds
 
+# Round-off tolerated on a probability, the same everywhere: values in [-_PROB_TOL, 1 + _PROB_TOL] are accepted and
+# clipped to [0, 1] (sums of model probabilities land at 1 + 2.2e-16), and consistency holds up to it.
+_PROB_TOL = 1e-12
+
+
+def _real(x, name: str) -> np.ndarray:
+    x = np.asarray(x)
+    if np.iscomplexobj(x) or not np.issubdtype(x.dtype, np.number):
+        raise TypeError(f"{name} must be a real array, got dtype {x.dtype}")
+    return x.astype(np.float64)
+
+
 def _check_probs(p_exp, p_obs) -> tuple[np.ndarray, np.ndarray]:
-    p_exp = np.asarray(p_exp, dtype=np.float64)
-    p_obs = np.asarray(p_obs, dtype=np.float64)
+    p_exp = _real(p_exp, "p_exp")
+    p_obs = _real(p_obs, "p_obs")
     if p_exp.ndim < 1 or p_exp.shape[-1] != 2:
         raise ValueError(f"p_exp must have last axis 2 (P(y_x), P(y_x')), got shape {p_exp.shape}")
     if p_obs.ndim < 1 or p_obs.shape[-1] != 4:
         raise ValueError(f"p_obs must have last axis 4 (P(x,y), P(x,y'), P(x',y), P(x',y')), got {p_obs.shape}")
-    if not (np.all(np.isfinite(p_exp)) and np.all((p_exp >= 0) & (p_exp <= 1))):
+    if not (np.all(np.isfinite(p_exp)) and np.all((p_exp >= -_PROB_TOL) & (p_exp <= 1 + _PROB_TOL))):
         raise ValueError("p_exp must hold probabilities in [0, 1]")
-    if not (np.all(np.isfinite(p_obs)) and np.all(p_obs >= 0)):
+    if not (np.all(np.isfinite(p_obs)) and np.all(p_obs >= -_PROB_TOL)):
         raise ValueError("p_obs must hold probabilities >= 0")
     if not np.allclose(p_obs.sum(-1), 1.0, atol=1e-9):
         raise ValueError("p_obs must sum to 1 over its last axis")
-    return p_exp, p_obs
+    return np.clip(p_exp, 0.0, 1.0), np.clip(p_obs, 0.0, 1.0)
+
+
+def _check_consistent(p_exp: np.ndarray, p_obs: np.ndarray) -> None:
+    """Refuse experimental and observational data that no model can produce (the bounds' LP is infeasible):
+    consistency needs P(x,y) <= P(y_x) <= 1 - P(x,y') and P(x',y) <= P(y_x') <= 1 - P(x',y'), up to round-off."""
+    y_x, y_xp = p_exp[..., 0], p_exp[..., 1]
+    bad = ((p_obs[..., 0] > y_x + _PROB_TOL) | (p_obs[..., 1] > 1 - y_x + _PROB_TOL)
+           | (p_obs[..., 2] > y_xp + _PROB_TOL) | (p_obs[..., 3] > 1 - y_xp + _PROB_TOL))
+    if np.any(bad):
+        raise ValueError(f"p_exp and p_obs contradict each other ({int(np.sum(bad))} of {bad.size} rows): consistency "
+                         "needs P(x,y) <= P(y_x) <= 1 - P(x,y') and P(x',y) <= P(y_x') <= 1 - P(x',y'); no model "
+                         "has these probabilities, so there are no bounds")
 
 
 
@@ -152,14 +176,24 @@ def _stack_z(p_exp: np.ndarray, p_obs: np.ndarray) -> np.ndarray:
     return np.concatenate([np.broadcast_to(p_exp, lead + (2,)), np.broadcast_to(p_obs, lead + (4,))], axis=-1)
 
 
-def poc_bounds(p_exp, p_obs, poc: str = "PNS") -> tuple[np.ndarray, np.ndarray]:
+def poc_bounds(p_exp, p_obs, poc: str = "PNS", allow_contradiction: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Tian-Pearl bounds ``(lower, upper)`` of ``poc`` from experimental and observational probabilities.
 
     p_exp: (..., 2) = (P(y_x), P(y_x')); p_obs: (..., 4) = (P(x,y), P(x,y'), P(x',y), P(x',y')); leading axes
     broadcast. Lower = max of the lower pieces, upper = min of the upper pieces (ratio pieces whose denominator
-    is 0 are left out, so PN with P(x,y) = 0 is [0, 1]). Vectorised NumPy.
+    is 0 are left out, so PN with P(x,y) = 0 is [0, 1]). Vectorised NumPy. Data that contradict each other (no
+    model produces them, lower would exceed upper) are refused with a ValueError; probabilities may miss [0, 1] by
+    round-off up to 1e-12. ``allow_contradiction=True`` evaluates the pieces anyway (plug-in estimates, whose
+    bounds may cross; :func:`bound_estimates` does this).
     """
     p_exp, p_obs = _check_probs(p_exp, p_obs)
+    if not allow_contradiction:
+        _check_consistent(p_exp, p_obs)
+    return _bounds(p_exp, p_obs, poc)
+
+
+def _bounds(p_exp, p_obs, poc: str) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`poc_bounds` without the consistency check (plug-in estimates may contradict; their bounds cross)."""
     lo = np.nanmax(piece_values(p_exp, p_obs, pieces(poc, "lower")), axis=-1)
     hi = np.nanmin(piece_values(p_exp, p_obs, pieces(poc, "upper")), axis=-1)
     return lo, hi
@@ -177,7 +211,7 @@ def model_probabilities(r, s) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndar
     r, s = np.asarray(r, dtype=np.float64), np.asarray(s, dtype=np.float64)
     if r.shape[-1:] != (4,) or s.shape[-1:] != (4,):
         raise ValueError(f"r and s must have last axis 4, got {r.shape} and {s.shape}")
-    if np.any(r < 0) or not np.allclose(r.sum(-1), 1.0) or np.any((s < 0) | (s > 1)):
+    if np.any(r < -_PROB_TOL) or not np.allclose(r.sum(-1), 1.0) or np.any((s < -_PROB_TOL) | (s > 1 + _PROB_TOL)):
         raise ValueError("r must be a distribution over 4 types and s must lie in [0, 1]")
     r00, r01, r10, r11 = np.moveaxis(r, -1, 0)
     s00, s01, s10, s11 = np.moveaxis(s, -1, 0)
@@ -522,7 +556,7 @@ def bound_estimates_ref(k_exp, k_obs, n_arm, n_obs, poc: str = "PNS") -> tuple[n
     ke, ko, na, no, lead = _check_counts(k_exp, k_obs, n_arm, n_obs)
     lo, hi = np.empty(ke.shape[0]), np.empty(ke.shape[0])
     for r in range(ke.shape[0]):
-        lo[r], hi[r] = poc_bounds(ke[r] / na[r], ko[r] / no[r], poc)
+        lo[r], hi[r] = _bounds(*_check_probs(ke[r] / na[r], ko[r] / no[r]), poc)  # estimates may contradict
     return lo.reshape(lead), hi.reshape(lead)
 
 
@@ -639,3 +673,21 @@ def coverage_interval(hits, reps: int, confidence: float = 0.95) -> tuple[np.nda
         ci = stats.binomtest(int(k), reps).proportion_ci(confidence, method="wilson")
         lo[i], hi[i] = ci.low, ci.high
     return lo, hi
+
+
+# ----------------------------------------------------------------------------------------------------- registry
+
+def _registry():
+    from paperkit.contracts import Contract, Kernel
+
+    def inputs(rng, size):
+        n = max(size, 1)
+        return {"k_exp": rng.integers(0, 51, size=(n, 2)), "k_obs": rng.multinomial(100, [0.25] * 4, size=n),
+                "n_arm": 50, "n_obs": 100}
+
+    return [Kernel("causation_bounds.bound_estimates", bound_estimates, bound_estimates_ref, inputs,
+                   Contract(empty="value", shapes="k_exp: (..., 2); k_obs: (..., 4); n_arm, n_obs broadcast"),
+                   tol={"float64": (1e-12, 1e-14)}, oracle="Tian-Pearl LP (scipy.optimize.linprog)")]
+
+
+KERNELS = _registry()

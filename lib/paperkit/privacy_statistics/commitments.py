@@ -919,3 +919,19 @@ TAMPERINGS = {
         "share moved": _t_foreign_share,
     }.items()
 }
+
+
+# ----------------------------------------------------------------------------------------------------- registry
+
+def _registry():
+    from paperkit.contracts import Contract, Kernel
+
+    def inputs(rng, size):
+        return {"G": modp2048_group(), "m": int(rng.integers(1 << 30)), "r": int(rng.integers(1 << 62))}
+
+    return [Kernel("commitments.commit", commit, commit_ref, inputs, Contract(empty="value",
+                   shapes="G: a Group; m, r: integers (mod q)"), tol={"float64": (0, 0)},
+                   benchmark="commit (comb tables)", oracle="Python's pow")]
+
+
+KERNELS = _registry()

@@ -115,3 +115,20 @@ def evaluate_splits(scores, losses, n_cal: int, alpha: float, n_splits: int, rng
             out[k][r] = v[test].mean()
             out[f"{k}|accept"][r] = (v[test] * acc).mean()
     return out
+
+
+# ----------------------------------------------------------------------------------------------------- registry
+
+def _registry():
+    from paperkit.contracts import Contract, Kernel
+
+    def inputs(rng, size):
+        n = max(size, 1)
+        return {"scores": rng.normal(size=n), "losses": rng.uniform(0, 1, n), "alpha": 0.2}
+
+    return [Kernel("conformal_risk.crc_threshold", crc_threshold, crc_threshold_ref, inputs,
+                   Contract(empty="value", shapes="scores, losses: (n,); losses in [0, bound]"),
+                   tol={"float64": (0, 0)}, oracle="scan of every candidate threshold")]
+
+
+KERNELS = _registry()

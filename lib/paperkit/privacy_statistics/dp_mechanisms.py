@@ -38,11 +38,16 @@ _MAX_PRECISION = 40
 
 
 def _check_pmf(pmf) -> np.ndarray:
-    pmf = np.asarray(pmf, dtype=np.float64)
+    pmf = np.asarray(pmf)
+    if np.iscomplexobj(pmf) or not np.issubdtype(pmf.dtype, np.number):
+        raise TypeError(f"pmf must be a real array, got dtype {pmf.dtype}")
+    pmf = pmf.astype(np.float64)
     if pmf.ndim != 1 or pmf.size == 0:
         raise ValueError(f"pmf must be a non-empty 1-D array, got shape {pmf.shape}")
     if not np.all(np.isfinite(pmf)) or np.any(pmf < 0):
         raise ValueError("pmf must be finite and non-negative")
+    if abs(math.fsum(pmf) - 1.0) > 1e-9:
+        raise ValueError(f"pmf must sum to 1 (a distribution), got sum {math.fsum(pmf)!r}")
     return pmf
 
 
@@ -337,3 +342,21 @@ def chi_square_log10_p(samples, pmf, min_expected: float = 5.0) -> float:
     if not np.isfinite(log_sf):  # underflow for enormous misfits: leading term of the upper incomplete gamma
         log_sf = -stat / 2 + (dof / 2 - 1) * np.log(stat / 2) - scipy.special.gammaln(dof / 2)
     return float(-log_sf / np.log(10))
+
+
+# ----------------------------------------------------------------------------------------------------- registry
+
+def _registry():
+    from paperkit.contracts import Arg, Contract, Kernel
+
+    def inputs(rng, size):
+        pmf = rng.random(max(size, 0))
+        return {"pmf": pmf / pmf.sum() if size else pmf, "eps": 0.5}
+
+    return [Kernel("dp_mechanisms.hockey_stick_delta", hockey_stick_delta, hockey_stick_delta_ref, inputs,
+                   Contract(args=(Arg("pmf", ("float64",), 1, low=0.0, high=1.0),), empty="error",
+                            shapes="pmf: (m,) >= 0 summing to 1"),
+                   tol={"float64": (1e-12, 1e-15)}, oracle="walk over every output of both inputs")]
+
+
+KERNELS = _registry()

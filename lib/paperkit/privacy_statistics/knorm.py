@@ -466,3 +466,26 @@ def audit_lower_bound(stat_S, stat_Sp, tau: float, alpha: float) -> dict[str, fl
     lb = np.log(ci1.low / ci2.high) if ci1.low > 0 else -np.inf
     return {"eps_lb": float(lb), "p_S": k1 / len(stat_S), "p_Sp": k2 / len(stat_Sp),
             "p_S_low": ci1.low, "p_Sp_high": ci2.high}
+
+
+# ----------------------------------------------------------------------------------------------------- registry
+
+def _registry():
+    from paperkit.contracts import Contract, Kernel
+
+    def inputs(rng, size):
+        X = rng.normal(size=(3, 4, 4))
+        return {"M": X + X.transpose(0, 2, 1), "p": 3.0}
+
+    def proj_inputs(rng, size):
+        X = rng.normal(size=(3, 4, 4))
+        return {"M": X + X.transpose(0, 2, 1), "t": 1.5}
+
+    return [Kernel("knorm.schatten", schatten, schatten_ref, inputs, Contract(empty="value",
+                   shapes="M: (..., d, d) symmetric"), tol={"float64": (1e-10, 1e-12)}, oracle="numpy.linalg.svd"),
+            Kernel("knorm.psd_trace_projection", psd_trace_projection, psd_trace_projection_ref, proj_inputs,
+                   Contract(empty="value", shapes="M: (..., d, d) symmetric; t >= 0"),
+                   tol={"float64": (1e-9, 1e-11)}, oracle="cvxpy projection")]
+
+
+KERNELS = _registry()

@@ -36,7 +36,10 @@ def _check_alpha(alpha) -> float:
 
 
 def _as_scores(x, name: str) -> np.ndarray:
-    x = np.asarray(x, dtype=np.float64)
+    x = np.asarray(x)
+    if np.iscomplexobj(x) or not np.issubdtype(x.dtype, np.number):
+        raise TypeError(f"{name} must be a real array, got dtype {x.dtype}")
+    x = x.astype(np.float64)
     if x.ndim < 1 or x.shape[-1] < 1:
         raise ValueError(f"{name} must have at least one entry on its last axis, got shape {x.shape}")
     if np.isnan(x).any():
@@ -56,9 +59,16 @@ def bh(p, alpha: float) -> np.ndarray:
     """Benjamini-Hochberg rejections of p-values ``p`` (..., m) at level ``alpha``, per block; bool (..., m).
 
     ``k* = max{k : p_(k) <= alpha k / m}``; reject every ``p_j <= alpha k* / m`` (nothing when no ``k`` qualifies).
+    The comparison is ``p * m <= alpha * k`` in float64, each product rounded once: a p-value within one rounding
+    of the line alpha k / m may be rejected where exact arithmetic on the same floats would not (conformal p-values
+    sit exactly on such lines, and the chapters' numbers are computed with this rule). Kept so that :func:`ebh` on
+    ``1/p`` and BH agree exactly.
     """
     alpha = _check_alpha(alpha)
     p = _as_scores(p, "p")
+    if np.any(p < 0):
+        # p > 1 (and +inf) is allowed and never rejected: BH on 1/e for e-values e < 1
+        raise ValueError("p must hold p-values >= 0")
     m = p.shape[-1]
     ps = np.sort(p, axis=-1)
     k = np.arange(1, m + 1)
@@ -72,6 +82,8 @@ def ebh(e, alpha: float) -> np.ndarray:
     """e-BH rejections of e-values ``e`` (..., m) at level ``alpha``, per block; bool (..., m).
 
     ``k* = max{k : e_(k) >= m / (alpha k)}`` with ``e_(1) >= e_(2) >= ...``; reject every ``e_j >= m / (alpha k*)``.
+    The comparison is ``alpha * k * e >= m`` in float64 (rounded products, as :func:`bh`): on the line it may
+    reject where exact arithmetic would not.
     """
     alpha = _check_alpha(alpha)
     e = _as_scores(e, "e")
@@ -328,9 +340,31 @@ def proportion_ci(k, n, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
     :data:`scipy.stats.beta` quantiles so that it broadcasts over arrays (``binomtest`` takes one count at a time).
     """
     k, n = np.asarray(k, dtype=np.float64), np.asarray(n, dtype=np.float64)
+    for name, x in (("k", k), ("n", n)):
+        if np.isnan(x).any() or (x != np.round(x)).any():
+            raise ValueError(f"{name} must hold integer counts, got {x!r}")
     if (k < 0).any() or (k > n).any() or (n < 1).any():
         raise ValueError("need 0 <= k <= n and n >= 1")
     a = (1 - level) / 2
     lo = np.where(k > 0, stats.beta.ppf(a, np.maximum(k, 1), n - k + 1), 0.0)
     hi = np.where(k < n, stats.beta.ppf(1 - a, k + 1, np.maximum(n - k, 1)), 1.0)
     return lo, hi
+
+
+# ----------------------------------------------------------------------------------------------------- registry
+
+def _registry():
+    from paperkit.contracts import Arg, Contract, Kernel
+
+    def inputs(rng, size):
+        return {"cal": rng.normal(size=(2, 6)), "test": rng.normal(size=(2, max(size, 1)))}
+
+    return [Kernel("multiple_testing.conformal_pvalues", conformal_pvalues, conformal_pvalues_ref, inputs,
+                   Contract(args=(Arg("cal", ("float64",), finite=False), Arg("test", ("float64",), finite=False)),
+                            empty="value",
+                            shapes="cal: (..., n), test: (..., m), same leading axes"),
+                   tol={"float64": (0, 0)}, benchmark="conformal_pvalues (Numba, sort + binary search)",
+                   oracle="(1 + #{C_i >= S_j}) / (n + 1) counted directly")]
+
+
+KERNELS = _registry()

@@ -50,8 +50,10 @@ def clopper_pearson_lower(k, n: int, alpha: float) -> np.ndarray:
     statsmodels' ``proportion_confint(k, n, 2 alpha, method="beta")``).
     """
     k = np.asarray(k, dtype=np.float64)
-    if n < 1:
-        raise ValueError(f"n must be >= 1, got {n}")
+    if isinstance(n, bool) or not float(n).is_integer() or n < 1:
+        raise ValueError(f"n must be an integer >= 1, got {n!r}")
+    if np.any(np.isnan(k)) or np.any(k != np.round(k)):
+        raise ValueError("k must hold integer counts (no NaN, no fractions)")
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
     if np.any((k < 0) | (k > n)):
@@ -64,6 +66,10 @@ def clopper_pearson_lower(k, n: int, alpha: float) -> np.ndarray:
 def certified_radius(p_lower, sigma: float) -> np.ndarray:
     """``R = sigma * Phi^-1(p_lower)`` where ``p_lower > 1/2``, else ``0`` (abstain)."""
     p_lower = np.asarray(p_lower, dtype=np.float64)
+    if np.any(np.isnan(p_lower)) or np.any((p_lower < 0) | (p_lower > 1)):
+        raise ValueError("p_lower must hold probabilities in [0, 1]")
+    if not (isinstance(sigma, (int, float, np.floating)) and np.isfinite(sigma) and sigma > 0):
+        raise ValueError(f"sigma must be a finite number > 0, got {sigma!r}")
     return np.where(p_lower > 0.5, sigma * norm.ppf(np.clip(p_lower, 0.5, 1.0)), 0.0)
 
 
@@ -147,3 +153,24 @@ def certify_ref(model, x: torch.Tensor, sigma: float, n0: int, n: int, alpha: fl
         counts0[i] = np.bincount(pred[:n0], minlength=num_classes)
         counts[i] = np.bincount(pred[n0:], minlength=num_classes)
     return _finish(counts0, counts, n, sigma, alpha, n_forward)
+
+
+# ----------------------------------------------------------------------------------------------------- registry
+
+def _registry():
+    from paperkit.contracts import Contract, Kernel
+
+    def inputs(rng, size):
+        net = torch.nn.Linear(3, 2).double()
+        with torch.no_grad():
+            net.weight.copy_(torch.from_numpy(rng.normal(size=(2, 3))))
+            net.bias.copy_(torch.from_numpy(rng.normal(size=2)))
+        return {"model": net, "x": torch.from_numpy(rng.normal(size=(2, 3))), "sigma": 0.5, "n0": 4, "n": 20,
+                "alpha": 0.01, "num_classes": 2, "generator": torch.Generator().manual_seed(int(rng.integers(99)))}
+
+    return [Kernel("smoothing.certify", certify, certify_ref, inputs, Contract(empty="value",
+                   shapes="x: (m, d); model maps (rows, d) to (rows, num_classes) logits"),
+                   tol={"float64": (1e-12, 1e-12)}, oracle="Cohen et al.'s CERTIFY, statsmodels' beta interval")]
+
+
+KERNELS = _registry()

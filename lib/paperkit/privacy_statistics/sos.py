@@ -125,6 +125,9 @@ def build(n: int, cliques: list[list[int]], half_deg: int = 2) -> SOSProgram:
         raise ValueError(f"n must be >= 1, got {n}")
     if not cliques:
         raise ValueError("cliques must be non-empty")
+    if isinstance(half_deg, bool) or not isinstance(half_deg, (int, np.integer)) or half_deg < 1:
+        raise ValueError(f"half_deg must be an integer >= 1 (degree-0 Gram blocks certify only constants), "
+                         f"got {half_deg!r}")
     bases = [monomial_basis(k, n, half_deg) for k in cliques]
     monos = sorted({tuple(a + b for a, b in zip(u, w)) for B in bases for u in B for w in B})
     index = {e: i for i, e in enumerate(monos)}
@@ -148,16 +151,36 @@ def build(n: int, cliques: list[list[int]], half_deg: int = 2) -> SOSProgram:
     return SOSProgram(n, monos, index, [len(B) for B in bases], prob, c, gamma, match)
 
 
+class SOSError(RuntimeError):
+    """The SOS program was not solved to optimality; ``status`` is the solver's (cvxpy's) status string."""
+
+    def __init__(self, message: str, status: str = "solver_error"):
+        super().__init__(message)
+        self.status = status
+
+
 def solve(prog: SOSProgram, poly: dict, solver: str = "CLARABEL") -> tuple[float, np.ndarray]:
     """gamma*(c) and its gradient d gamma*/d c (shape (M,), over ``prog.monos``) from the optimal dual.
+
+    What the value guarantees: gamma* is the optimum of the SDP up to the solver's tolerance (Clarabel's default
+    relative gap, ~1e-8), so it may sit ABOVE the true minimum of f by about that much relative to |f|'s scale; it
+    is a lower bound on min f only up to that tolerance (subtract it when a rigorous bound is needed). Any status
+    other than "optimal" raises :class:`SOSError` carrying the status, never returns numbers.
 
     The dual y of the matching equality is a pseudo-moment vector with y_0 = 1 (stationarity in gamma); its
     sign in cvxpy's convention is fixed by that normalisation, and the value is checked, not rescaled.
     """
     prog.c.value = prog.coeff_vector(poly)
-    prog.problem.solve(solver=solver)
-    if prog.problem.status not in ("optimal", "optimal_inaccurate"):
-        raise RuntimeError(f"SOS program not solved: {prog.problem.status}")
+    try:
+        prog.problem.solve(solver=solver)
+    except cp.error.SolverError as e:
+        raise SOSError(f"SOS program: solver {solver} failed: {e}") from e
+    status = prog.problem.status
+    if status != "optimal":
+        # "optimal_inaccurate" is what Clarabel reports when f - gamma has no SOS certificate for any gamma (f
+        # unbounded below, or not representable): the numbers it returns certify nothing
+        raise SOSError(f"SOS program not solved to optimality: status {status!r} (no SOS certificate found)",
+                       status)
     y = np.asarray(prog.match.dual_value, dtype=float)
     y0 = y[prog.index[tuple([0] * prog.n)]]
     if abs(abs(y0) - 1.0) > 1e-4:
@@ -183,3 +206,21 @@ def solve_ref(prog: SOSProgram, poly: dict, solver: str = "CLARABEL", h: float =
 def theta_grad(prog: SOSProgram, grad: np.ndarray) -> np.ndarray:
     """d gamma*/d theta for :func:`chain_poly` (theta_i multiplies x_i x_{i+1}): shape (n-1,)."""
     return np.array([grad[prog.index[e]] for e in chain_theta_index(prog.n)])
+
+
+# ----------------------------------------------------------------------------------------------------- registry
+
+def _registry():
+    from paperkit.contracts import Contract, Kernel
+
+    def inputs(rng, size):
+        # f = x^4 + x^2 + a x + b: min known in closed form, an SOS polynomial (univariate, nonnegative shift)
+        return {"prog": build(1, [[0]]),
+                "poly": {(4,): 1.0, (3,): 0.0, (2,): 1.0, (1,): float(rng.normal()), (0,): 0.5}}
+
+    return [Kernel("sos.solve", solve, solve_ref, inputs, Contract(empty="value",
+                   shapes="poly: {exponent tuple of length n: coefficient}, representable by the cliques"),
+                   tol={"float64": (1e-3, 1e-4)}, benchmark="", oracle="grid minimum of the polynomial")]
+
+
+KERNELS = _registry()

@@ -365,3 +365,19 @@ def sink_report(model, tokens: torch.Tensor, n_content: int, bos: bool) -> dict:
             "sink_active": active_split["sink"], "value_ratio": (vn[:, 0].mean() / vn[:, 1:].mean()).item(),
             "cos_sink": cos(k[:, 0], qbar[None]).mean().item(),
             "cos_others": cos(content_keys, qbar[None]).mean().item(), "mean_attn": P.mean(0).numpy()}
+
+
+# ----------------------------------------------------------------------------------------------------- registry
+
+def _registry():
+    from paperkit.contracts import Contract, Kernel
+
+    def inputs(rng, size):
+        return {"X": rng.normal(size=(max(size, 1), 4))}
+
+    return [Kernel("attention_sinks.smoothing_energy", smoothing_energy, smoothing_energy_ref, inputs,
+                   Contract(empty="value", shapes="X: (n_tokens, d)"), tol={"float64": (1e-9, 1e-12)},
+                   oracle="Frobenius norm of the centred tokens")]
+
+
+KERNELS = _registry()

@@ -503,3 +503,21 @@ def random_trigger(like: torch.Tensor, n_fire: int, generator: torch.Generator) 
     fired = torch.zeros(like.numel(), dtype=torch.bool)
     fired[torch.randperm(like.numel(), generator=generator)[:n_fire]] = True
     return fired.view(like.shape).to(like.device)
+
+
+# ----------------------------------------------------------------------------------------------------- registry
+
+def _registry():
+    from paperkit.contracts import Contract, Kernel
+
+    def inputs(rng, size):
+        P = 4
+        return {"x": torch.from_numpy(rng.integers(0, 256, size=(2, 2 * P))),
+                "table": torch.from_numpy(rng.normal(size=(P, 256, 3)))}
+
+    return [Kernel("byte_patch.patch_pool", patch_pool, patch_pool_ref, inputs,
+                   Contract(empty="value", shapes="x: (batch, N) int64 bytes, N a multiple of P; table: (P, 256, d)"),
+                   tol={"float64": (1e-12, 1e-12)}, oracle="per-prefix embedding sums")]
+
+
+KERNELS = _registry()

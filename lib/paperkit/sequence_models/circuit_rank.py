@@ -161,3 +161,19 @@ def softmax_head(H: np.ndarray, W: np.ndarray) -> np.ndarray:
     Z = Z - Z.max(axis=1, keepdims=True)
     E = np.exp(Z)
     return E / E.sum(axis=1, keepdims=True)
+
+
+# ----------------------------------------------------------------------------------------------------- registry
+
+def _registry():
+    from paperkit.contracts import Contract, Kernel
+
+    def inputs(rng, size):
+        return {"P": rng.random(16), "split": (0, 1)}
+
+    return [Kernel("circuit_rank.separation_rank", separation_rank, separation_rank_ref, inputs,
+                   Contract(empty="value", shapes="P: 2^n entries; split: a subset of the n variables"),
+                   tol={"float64": (0, 0)}, benchmark="separation_rank", oracle="numpy.linalg.matrix_rank")]
+
+
+KERNELS = _registry()

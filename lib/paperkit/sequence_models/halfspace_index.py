@@ -221,7 +221,10 @@ def index_from_labels(K: np.ndarray, labels: np.ndarray, outlier_factor: float =
     """The index for a given cluster assignment (labels (n,) in [0, C)). Any assignment gives exact answers;
     only pruning depends on it (used for the random-partition control)."""
     K = _check_keys(K)
-    labels = np.asarray(labels, np.int64)
+    labels = np.asarray(labels)
+    if not np.issubdtype(labels.dtype, np.integer):
+        raise TypeError(f"labels must be integer cluster numbers, got dtype {labels.dtype} (no truncation)")
+    labels = labels.astype(np.int64)
     if labels.shape != (len(K),) or labels.min() < 0:
         raise ValueError(f"labels must be (n,) non-negative integers, got shape {labels.shape}")
     return _index_from_labels(K, labels, outlier_factor)
@@ -297,13 +300,17 @@ def _query_kernel(q, tau, mode, centres, radius, lo, hi, start, count, slots, id
 
 
 def _check_query(index: HalfspaceIndex, q, tau, bound: str) -> np.ndarray:
-    q = np.asarray(q, np.float64)
+    q = np.asarray(q)
+    if np.iscomplexobj(q) or not np.issubdtype(q.dtype, np.number):
+        raise TypeError(f"q must be a real array, got dtype {q.dtype}")
+    q = q.astype(np.float64)
     if q.shape != (index.d,):
         raise ValueError(f"q must have shape ({index.d},), got {q.shape}")
     if not np.all(np.isfinite(q)):
         raise ValueError("q must be finite")
-    if isinstance(tau, bool) or not isinstance(tau, (int, float, np.number)) or not np.isfinite(tau):
-        raise ValueError(f"tau must be a finite number, got {tau!r}")
+    # tau = -inf asks for every key, +inf for none; NaN is refused
+    if isinstance(tau, bool) or not isinstance(tau, (int, float, np.integer, np.floating)) or np.isnan(tau):
+        raise ValueError(f"tau must be a number (+-inf allowed, NaN not), got {tau!r}")
     if bound not in _BOUND_CODE:
         raise ValueError(f"bound must be one of {BOUNDS}, got {bound!r}")
     return q
@@ -325,9 +332,15 @@ def query(index: HalfspaceIndex, q: np.ndarray, tau: float, bound: str = "ball+b
 
 def query_ref(index: HalfspaceIndex, q: np.ndarray, tau: float, bound: str = "ball+box") -> QueryResult:
     """Brute force: q.k for every live key (float64), keep those >= tau. Same signature as :func:`query`;
-    ``bound`` is checked and ignored. Work: all n keys scanned, no cluster pruned."""
+    ``bound`` is checked and ignored. Work: all n keys scanned, no cluster pruned.
+
+    The score is defined by one arithmetic, the kernel's: float64 products ``q_j * k_j`` summed left to right over
+    j = 0..d-1 (no BLAS reordering), so that a key scoring tau within rounding is in both answers or in neither."""
     q = _check_query(index, q, tau, bound)
-    scores = index.keys[: index.n].astype(np.float64) @ q
+    keys = index.keys[: index.n]
+    scores = np.zeros(index.n)
+    for j in range(index.d):
+        scores += keys[:, j].astype(np.float64) * q[j]
     ids = np.flatnonzero(scores >= tau).astype(np.int64)
     return QueryResult(ids, scores[ids], index.n, 0)
 
@@ -368,8 +381,13 @@ def insert(index: HalfspaceIndex, k: np.ndarray) -> int:
     k = np.asarray(k)
     if k.shape != (index.d,):
         raise ValueError(f"k must have shape ({index.d},), got {k.shape}")
+    if np.iscomplexobj(k) or not np.issubdtype(k.dtype, np.number):
+        raise TypeError(f"k must be a real array, got dtype {k.dtype}")
+    # the index stores k in its own dtype: round first, so the ball and box are built around the stored value
+    with np.errstate(over="ignore"):
+        k = k.astype(index.keys.dtype)
     if not np.all(np.isfinite(k)):
-        raise ValueError("k must be finite")
+        raise ValueError(f"k must be finite in the index's dtype {index.keys.dtype}")
     if index.n == len(index.keys):
         index.keys = np.concatenate([index.keys, np.zeros_like(index.keys)])
     kid = index.n
@@ -421,3 +439,25 @@ def _relayout(index: HalfspaceIndex) -> None:
     labels = np.repeat(np.arange(C), index.count[:C])
     (index.start, index.count, index.capacity, index.slots, index.ids,
      index.slots_end) = _layout(index.slots[used], labels, index.ids[used], C, len(index.centres))
+
+
+# ----------------------------------------------------------------------------------------------------- registry
+
+def _query_inputs(rng, size):
+    K = rng.normal(size=(40, 6))
+    return {"index": build_index(K, 4, np.random.default_rng(0)), "q": rng.normal(size=6), "tau": 0.5}
+
+
+def _registry():
+    from paperkit.contracts import Arg, Contract, Kernel
+
+    return [
+        Kernel("halfspace_index.query", query, query_ref, _query_inputs,
+               Contract(args=(Arg("q", ("float64",), 1),), empty="value", empty_value=None,
+                        shapes="q: (d,) of the index; tau: a number, +-inf allowed"),
+               tol={"float64": (0, 0)}, benchmark="halfspace_index.query + subset_attention",
+               oracle="brute force over every key, same float64 left-to-right sum"),
+    ]
+
+
+KERNELS = _registry()

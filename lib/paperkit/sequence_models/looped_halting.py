@@ -359,3 +359,19 @@ def train_and_evaluate(task: str, scheme: str, *, d_model: int, steps: int, batc
         acc[n] = all_correct(pred, y, m).float().mean(-1).cpu().numpy()
         stats[n] = loop_window_stats(pred.cpu(), y.cpu(), m.cpu(), int(n), halt)
     return {"curve": curve, "restarts": restarts, "acc": acc, "stats": stats}
+
+
+# ----------------------------------------------------------------------------------------------------- registry
+
+def _registry():
+    from paperkit.contracts import Contract, Kernel
+
+    def inputs(rng, size):
+        return {"logits": torch.from_numpy(rng.normal(size=(max(size, 1), 5)))}
+
+    return [Kernel("looped_halting.halting_distribution", halting_distribution, halting_distribution_reference,
+                   inputs, Contract(empty="value", shapes="logits: (batch, K)"), tol={"float64": (1e-12, 1e-14)},
+                   oracle="rows sum to 1")]
+
+
+KERNELS = _registry()

@@ -393,3 +393,25 @@ def evaluate(model: MoESSM, x, y, batch: int = 256):
 def mutual_information_bits(a, b) -> float:
     """Mutual information between two discrete label arrays, in bits (scikit-learn's estimate in nats / ln 2)."""
     return mutual_info_score(np.ravel(a), np.ravel(b)) / math.log(2)
+
+
+# ----------------------------------------------------------------------------------------------------- registry
+
+def _registry():
+    from paperkit.contracts import Contract, Kernel
+
+    def inputs(rng, size):
+        b, E, d, L, n = 2, 3, 2, 5, 4
+        t = lambda *s: torch.from_numpy(rng.normal(size=s))  # noqa: E731
+        w = torch.softmax(t(b, E, L), dim=1)
+        return {"u": t(b, d, L), "delta_e": torch.from_numpy(rng.uniform(0.05, 0.5, (b, E, d, L))),
+                "A": -torch.from_numpy(rng.uniform(0.5, 2, (d, n))), "B_e": t(b, E, n, L), "C_e": t(b, E, n, L),
+                "w": w}
+
+    return [Kernel("moe_ssm.moe_param_ssm", moe_param_ssm, moe_param_ssm_ref, inputs,
+                   Contract(empty="value", shapes="u: (batch, D, L); delta_e: (batch, E, D, L); w: (batch, E, L)"),
+                   tol={"float64": (1e-9, 1e-12)}, benchmark="moe_param_ssm (selective_scan_torch)",
+                   oracle="per-timestep loop")]
+
+
+KERNELS = _registry()

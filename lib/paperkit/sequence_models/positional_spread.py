@@ -36,6 +36,8 @@ def _check_E(E) -> np.ndarray:
     E = np.asarray(E)
     if E.ndim != 2 or E.shape[0] < 1 or E.shape[1] < 1:
         raise ValueError(f"E must be a non-empty (L, d) matrix, got shape {E.shape}")
+    if np.iscomplexobj(E) or not np.issubdtype(E.dtype, np.number):
+        raise TypeError(f"E must be a real array, got dtype {E.dtype}")
     if not np.issubdtype(E.dtype, np.floating):
         E = E.astype(np.float64)
     if not np.all(np.isfinite(E)):
@@ -427,3 +429,22 @@ def within_slope(x: np.ndarray, y: np.ndarray) -> float:
     lx, ly = np.log(x), np.log(y)
     lx, ly = lx - lx.mean(1, keepdims=True), ly - ly.mean(1, keepdims=True)
     return float(np.sum(lx * ly) / np.sum(lx * lx))
+
+
+# ----------------------------------------------------------------------------------------------------- registry
+
+def _registry():
+    from paperkit.contracts import Arg, Contract, Kernel
+
+    def inputs(rng, size):
+        return {"E": rng.normal(size=(size, 3))}
+
+    c = Contract(args=(Arg("E", ndim=2),), empty="error", shapes="E: (L, d), L, d >= 1")
+    return [Kernel("positional_spread.positional_spread", positional_spread, positional_spread_ref, inputs, c,
+                   tol={"float64": (1e-10, 1e-12)}, oracle="sum of squared pairwise distances / L"),
+            Kernel("positional_spread.min_separation", min_separation, min_separation_ref, inputs, c,
+                   tol={"float64": (1e-12, 1e-12)}, benchmark="positional_spread.min_separation",
+                   oracle="scipy.spatial.distance.pdist")]
+
+
+KERNELS = _registry()

@@ -37,6 +37,11 @@ def _check_qkv(q: np.ndarray, K: np.ndarray, V: np.ndarray) -> None:
         raise ValueError(f"q must have shape ({K.shape[1]},), got {q.shape}")
     if V.ndim != 2 or V.shape[0] != K.shape[0]:
         raise ValueError(f"V must have shape ({K.shape[0]}, dv), got {V.shape}")
+    for name, x in (("q", q), ("K", K), ("V", V)):
+        if np.iscomplexobj(x) or not np.issubdtype(np.asarray(x).dtype, np.number):
+            raise TypeError(f"{name} must be a real array, got dtype {np.asarray(x).dtype}")
+        if not np.all(np.isfinite(x)):
+            raise ValueError(f"{name} contains NaN or inf")
 
 
 def dense_attention(q: np.ndarray, K: np.ndarray, V: np.ndarray) -> np.ndarray:
@@ -65,7 +70,13 @@ def dense_attention_ref(q: np.ndarray, K: np.ndarray, V: np.ndarray) -> np.ndarr
 def subset_attention(q: np.ndarray, K: np.ndarray, V: np.ndarray, ids: np.ndarray) -> np.ndarray:
     """Attention of q over the keys ``ids`` only (float64); zeros when ``ids`` is empty."""
     _check_qkv(q, K, V)
-    ids = np.asarray(ids, np.int64)
+    ids = np.asarray(ids)
+    if ids.size and not np.issubdtype(ids.dtype, np.integer):
+        # a boolean mask would read as ids 0 and 1, float ids would be truncated
+        raise TypeError(f"ids must be integer key positions, got dtype {ids.dtype} (use np.flatnonzero for a mask)")
+    ids = ids.astype(np.int64).reshape(-1)
+    if np.unique(ids).size != ids.size:
+        raise ValueError("ids must not repeat a key (a duplicate would count its attention twice)")
     if ids.size and (ids.min() < 0 or ids.max() >= K.shape[0]):
         raise ValueError(f"ids must lie in [0, {K.shape[0]}), got range [{ids.min()}, {ids.max()}]")
     if ids.size == 0:
@@ -374,3 +385,20 @@ def index_speed(n: int, d: int, rng: np.random.Generator, n_clusters: int, tau_l
     return {"n": len(K), "ratio_dense": vs_dense.ratio, "ratio_brute": vs_brute.ratio,
             "t_index": vs_dense.t_candidate_s / m, "t_dense": vs_dense.t_baseline_s / m,
             "t_brute": vs_brute.t_baseline_s / m, "scanned": float(scanned)}
+
+
+# ----------------------------------------------------------------------------------------------------- registry
+
+def _registry():
+    from paperkit.contracts import Arg, Contract, Kernel
+
+    def inputs(rng, size):
+        return {"q": rng.normal(size=4), "K": rng.normal(size=(max(size, 1), 4)), "V": rng.normal(size=(max(size, 1), 3))}
+
+    return [Kernel("sparse_attention.dense_attention", dense_attention, dense_attention_ref, inputs,
+                   Contract(args=(Arg("q", ndim=1), Arg("K", ndim=2), Arg("V", ndim=2)), empty="value",
+                            shapes="q: (d,), K: (n, d), V: (n, dv)"),
+                   tol={"float64": (1e-10, 1e-12)}, oracle="torch SDPA")]
+
+
+KERNELS = _registry()

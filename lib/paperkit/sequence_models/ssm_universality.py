@@ -435,3 +435,20 @@ def ensemble_mse(model: ClockedScanEnsemble, x, y, chunk: int = 2000) -> np.ndar
         xb, yb = x[s:s + chunk], y[s:s + chunk]
         sq += ((model(xb.expand(E, *xb.shape)) - yb) ** 2).sum((1, 2)).double()
     return (sq / y.numel()).cpu().numpy()
+
+
+# ----------------------------------------------------------------------------------------------------- registry
+
+def _registry():
+    from paperkit.contracts import Contract, Kernel
+
+    def inputs(rng, size):
+        return {"x": rng.normal(size=(2, max(size, 2))), "decays": rng.uniform(0.2, 0.9, size=3)}
+
+    return [Kernel("ssm_universality.lti_scan_states", lti_scan_states, lti_scan_states_ref, inputs,
+                   Contract(empty="value", shapes="x: (batch, T); decays: (N,) in (0, 1)"),
+                   tol={"float64": (1e-10, 1e-12)}, benchmark="lti_scan_states (shared selective_scan_numba)",
+                   oracle="closed form h_t = sum_s lambda^(t-s) x_s")]
+
+
+KERNELS = _registry()
