@@ -140,8 +140,8 @@ def status_figure(records: list[dict], out: Path) -> None:
         left = [a + b for a, b in zip(left, n)]
     ax.set_yticks(range(len(records)), [r["slug"] for r in records], fontsize=7.5)
     ax.invert_yaxis()
-    ax.set(xlabel="paper claims (count; construction checks not counted)", title="verdicts by chapter")
-    ax.legend(loc="lower right", fontsize=7.5)
+    ax.set(xlabel="paper claims (count; construction checks not counted)")
+    ax.legend(loc="lower left", bbox_to_anchor=(0, 1.0), ncol=len(PAPER_VERDICTS), fontsize=7.5, frameon=False)
     fig.savefig(out)
     plt.close(fig)
 

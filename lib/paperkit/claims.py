@@ -140,6 +140,10 @@ class Claim:
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def _ipython_display_(self) -> None:
+        """Show nothing when a notebook cell ends with a claim: the ledger printed its line already, and the
+        dataclass repr is not for the page."""
+
 
 def _flat(x: Any) -> list:
     if hasattr(x, "tolist"):

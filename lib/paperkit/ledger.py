@@ -10,8 +10,8 @@ fail) after writing ``<slug>.failed.json`` beside the good record; the good reco
 With ``strict=False`` the verdict is recorded, flagged on the page, and the run goes on; the record is then written
 as ``<slug>.explore.json`` (never over the book's record) unless every verdict came out as declared.
 
-The claim tables are HTML (myst-nb renders Markdown output with a renderer that has no tables): the paper's claims
-in one table, construction checks in another, each row with the anchor ``claim-<id>`` for links.
+The claim table is HTML (myst-nb renders Markdown output with a renderer that has no tables): the paper's claims in
+one group, construction checks in another, each row with the anchor ``claim-<id>`` for links.
 """
 from __future__ import annotations
 
@@ -154,7 +154,7 @@ class Ledger:
         }
 
     def finish(self):
-        """Write the record and return the chapter's claim tables and provenance line as HTML for display.
+        """Write the record and return the chapter's claim table and provenance line as HTML for display.
 
         The book's record ``<slug>.json`` is written only when every verdict came out as declared; a non-strict
         run with surprises writes ``<slug>.explore.json`` instead.
@@ -183,8 +183,7 @@ def _e(x: Any) -> str:
     return html.escape(str(x), quote=True)
 
 
-PAPER_HEAD = ("claim", "kind", "measured", "check", "threshold from", "paper", "negative control", "verdict")
-CONSTRUCTION_HEAD = ("check", "measured", "test", "negative control", "outcome")
+HEAD = ("claim", "kind", "measured", "check", "threshold from", "paper", "negative control", "verdict")
 
 
 def _control_cell(c: dict[str, Any]) -> str:
@@ -205,41 +204,32 @@ def _verdict_cell(c: dict[str, Any]) -> str:
     return v
 
 
+def _row(c: dict[str, Any]) -> str:
+    head = f'<tr id="claim-{_e(c["id"])}"><td><b>{_e(c["id"])}</b> {_e(c["text"])}</td><td>{_e(c["kind"])}</td>'
+    if c["kind"] == OUT_OF_REACH:
+        return head + f'<td colspan="5">not tested</td><td>{_verdict_cell(c)}</td></tr>'
+    metric = f"<br><small>{_e(c['metric'])}</small>" if c.get("metric") else ""
+    source = _e(c.get("source") or "") if c["kind"] != CONSTRUCTION else "our code"
+    return (head + f"<td>{_e(_fmt(c['measured']))}{metric}</td><td>{_e(c['op'])} {_e(_fmt(c['threshold']))}</td>"
+            f"<td>{source}</td><td>{_e(_fmt(c['paper'])) if c['kind'] != CONSTRUCTION else ''}</td>"
+            f"<td>{_control_cell(c)}</td><td>{_verdict_cell(c)}</td></tr>")
+
+
 def claim_tables_html(rec: dict[str, Any]) -> str:
-    """The record's claims as HTML tables: the paper's claims (with out-of-reach ones), then construction checks."""
+    """The record's claims as one HTML table in two groups: the paper's claims (out-of-reach ones included), then
+    the construction checks (our code and identities true by construction), which are never counted."""
     paper = [c for c in rec["claims"] if c["kind"] != CONSTRUCTION]
     built = [c for c in rec["claims"] if c["kind"] == CONSTRUCTION]
-    out = []
-    if paper:
-        rows = []
-        for c in paper:
-            metric = f"<br><small>{_e(c['metric'])}</small>" if c.get("metric") else ""
-            if c["kind"] == OUT_OF_REACH:
-                rows.append(f'<tr id="claim-{_e(c["id"])}"><td><b>{_e(c["id"])}</b> {_e(c["text"])}</td>'
-                            f'<td>{_e(c["kind"])}</td><td colspan="5">not tested</td><td>{_verdict_cell(c)}</td></tr>')
-                continue
-            rows.append(
-                f'<tr id="claim-{_e(c["id"])}"><td><b>{_e(c["id"])}</b> {_e(c["text"])}</td><td>{_e(c["kind"])}</td>'
-                f"<td>{_e(_fmt(c['measured']))}{metric}</td><td>{_e(c['op'])} {_e(_fmt(c['threshold']))}</td>"
-                f"<td>{_e(c.get('source', ''))}</td><td>{_e(_fmt(c['paper']))}</td><td>{_control_cell(c)}</td>"
-                f"<td>{_verdict_cell(c)}</td></tr>")
-        out.append(_table("The paper's claims", PAPER_HEAD, rows, "claims-paper"))
-    if built:
-        rows = []
-        for c in built:
-            metric = f"<br><small>{_e(c['metric'])}</small>" if c.get("metric") else ""
-            rows.append(f'<tr id="claim-{_e(c["id"])}"><td><b>{_e(c["id"])}</b> {_e(c["text"])}</td>'
-                        f"<td>{_e(_fmt(c['measured']))}{metric}</td><td>{_e(c['op'])} {_e(_fmt(c['threshold']))}</td>"
-                        f"<td>{_control_cell(c)}</td><td>{_verdict_cell(c)}</td></tr>")
-        out.append(_table("Construction checks (our code and identities true by construction; not counted as "
-                          "reproductions)", CONSTRUCTION_HEAD, rows, "claims-construction"))
-    return "\n".join(out)
-
-
-def _table(caption: str, head: tuple, rows: list[str], cls: str) -> str:
-    th = "".join(f"<th>{h}</th>" for h in head)
-    return (f'<table class="claim-table {cls}"><caption>{_e(caption)}</caption><thead><tr>{th}</tr></thead>'
-            f"<tbody>{''.join(rows)}</tbody></table>")
+    th = "".join(f"<th>{h}</th>" for h in HEAD)
+    groups = []
+    for title, rows, cls in (("The paper's claims", paper, "claims-paper"),
+                             ("Construction checks: our code against its reference and identities true by "
+                              "construction; shown apart, not counted as reproductions", built, "claims-construction")):
+        if rows:
+            groups.append(f'<tbody class="{cls}"><tr class="claim-group"><th colspan="{len(HEAD)}">{_e(title)}'
+                          f"</th></tr>{''.join(_row(c) for c in rows)}</tbody>")
+    return (f'<table class="claim-table"><caption>Claim check: verdicts of this run</caption><thead><tr>{th}</tr>'
+            f"</thead>{''.join(groups)}</table>")
 
 
 def headline(rec: dict[str, Any]) -> dict[str, int]:

@@ -151,7 +151,7 @@ def test_browser_chapter_math_and_figures(browser, nb):
     assert len(info["imgs"]) >= 1, "a chapter has at least one figure"
     rec = json.loads((ROOT / "_build" / "results" / f"{nb.stem}.json").read_text())
     seen = browser.execute_script("""return {
-        claim_rows: [...document.querySelectorAll('table.claim-table tbody tr')].map(r => r.id),
+        claim_rows: [...document.querySelectorAll('table.claim-table tbody tr[id^="claim-"]')].map(r => r.id),
         pipes: [...document.querySelectorAll('article p')].filter(p => p.innerText.trim().startsWith('|')).length,
         runbox: [...document.querySelectorAll('table.runbox-params tbody tr td:first-child code')].map(c => c.innerText),
         ladder: document.querySelectorAll('table.runbox-ladder tbody tr').length,
