@@ -2,8 +2,8 @@
 
 ``discover()`` imports every paperkit module (pkgutil.walk_packages) and collects their ``KERNELS``;
 ``registry_rows()`` gives one row per kernel for the book's registry page: its name, reference, oracle, the test
-files that mention both the kernel and its reference, the chapters whose notebooks call it, and its benchmark
-label. ``modules_with_reference()`` lists the modules that define a ``*_ref`` function (each must register one).
+files that mention both the kernel and its reference, the chapters that import its module (directly or through
+other paperkit modules), and its benchmark label. ``modules_with_reference()`` lists the modules that define a ``*_ref`` function (each must register one).
 """
 from __future__ import annotations
 
@@ -70,10 +70,14 @@ def _mentions(text: str, name: str) -> bool:
 
 def registry_rows() -> list[dict]:
     """One dict per registered kernel: ``name``, ``module``, ``reference``, ``oracle``, ``tests`` (files under
-    tests/ naming both the kernel and its reference), ``chapters`` (notebooks/<chapter>/*.ipynb whose code cells
-    call it), ``benchmark`` (the label of its benchmark rows) and ``shapes`` (the contract's shape relations)."""
+    tests/ naming both the kernel and its reference), ``chapters`` (the notebooks, relative to the book's root, that
+    import its module), ``benchmark`` (the label of its benchmark rows) and ``shapes`` (the contract's shape relations)."""
+    from run_book import chapter_modules, toc_notebooks
+
     tests = _texts("tests/**/*.py")
-    notebooks = {p: _notebook_code(p, t) for p, t in _texts("notebooks/*/*.ipynb").items()}
+    # a chapter uses a kernel when it imports the kernel's module, directly or through another paperkit module
+    imports = {nb: {f.relative_to(ROOT / "lib").with_suffix("").as_posix().replace("/", ".")
+                    for f in chapter_modules(ROOT / nb)} for nb in toc_notebooks(ROOT)}
     rows = []
     for k in discover():
         fn_name = getattr(k.fn, "__name__", _short(k.name))
@@ -85,7 +89,8 @@ def registry_rows() -> list[dict]:
             "reference": ref,
             "oracle": k.oracle,
             "tests": [p for p, t in tests.items() if all(_mentions(t, n) for n in names)],
-            "chapters": sorted({Path(p).parent.name for p, t in notebooks.items() if _mentions(t, fn_name)}),
+            "chapters": sorted(nb.as_posix() for nb, mods in imports.items()
+                               if getattr(k.fn, "__module__", "") in mods),
             "benchmark": k.benchmark,
             "shapes": k.contract.shapes,
         })
