@@ -37,6 +37,7 @@ def stage() -> list[dict]:
         shutil.copy2(ROOT / name, SRC / name)
     shutil.copytree(ROOT / "book", SRC / "book")
     shutil.copytree(ROOT / "tools" / "sphinx_ext", SRC / "tools" / "sphinx_ext")
+    shutil.copytree(ROOT / "_static", SRC / "_static")
     (SRC / ".staged").write_text("staged by tools/build_site.py from the executed chapters\n")
     records, missing = [], []
     for nb in toc_notebooks():
@@ -52,6 +53,7 @@ def stage() -> list[dict]:
         (SRC / nb).parent.mkdir(parents=True, exist_ok=True)
         staged = nbformat.read(executed, as_version=4)
         add_run_box(staged, nb, rec)
+        collapse_long_code(staged)
         nbformat.write(staged, SRC / nb)
         clean = SRC / "_downloads_src" / nb.parent.name / nb.name
         clean.parent.mkdir(parents=True, exist_ok=True)
@@ -108,6 +110,18 @@ def run_box(nb: Path, rec: dict) -> str:
         f"{{download}}`Download the notebook <../../_downloads_src/{nb.parent.name}/{nb.name}>`",
         ":::",
     ])
+
+
+LONG_CELL_LINES = 20
+
+
+def collapse_long_code(staged) -> None:
+    """Tag code cells longer than LONG_CELL_LINES lines ``hide-input``: the page shows their output and a toggle."""
+    for c in staged.cells:
+        tags = c.metadata.get("tags", [])
+        if (c.cell_type == "code" and len(c.source.splitlines()) > LONG_CELL_LINES
+                and not {"hide-input", "remove-input", "remove-cell", "parameters"} & set(tags)):
+            c.metadata["tags"] = tags + ["hide-input"]
 
 
 def add_run_box(staged, nb: Path, rec: dict) -> None:
