@@ -251,3 +251,21 @@ def test_training_lowers_the_loss_on_repetitive_bytes():
     data = np.frombuffer(b"def f(x):\n    return x + 1\n" * 40, dtype=np.uint8)
     curve = bp.train(model, data, 40, 4, 16, 1e-2, np.random.default_rng(0), p_fire="uniform")
     assert len(curve) == 40 and np.mean(curve[-10:]) < np.mean(curve[:10]) - 1.0
+
+
+def test_seed_metrics_agree_with_direct_scoring():
+    cfg = bp.PatchConfig(patch=4, d_model=16, n_heads=2, n_global=1, n_local=1, max_len=16)
+    net_c = bp.PatchLM(cfg, torch.Generator().manual_seed(0))
+    net_b = bp.PatchLM(cfg, torch.Generator().manual_seed(1))
+    rng = np.random.default_rng(0)
+    x = torch.from_numpy(rng.integers(0, 256, size=(3, 16)))
+    x_cal = torch.from_numpy(rng.integers(0, 256, size=(4, 16)))
+    m = bp.seed_metrics(net_c, net_b, x, x_cal, 0.5, torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        stale = bp.bits_per_byte(bp.score(net_c, x, math.inf)["logits"], x).mean().item()
+        fresh = bp.bits_per_byte(bp.score(net_c, x, -math.inf)["logits"], x).mean().item()
+        b = bp.bits_per_byte(net_b(x), x).mean().item()
+    assert m["stale"] == pytest.approx(stale) and m["fresh"] == pytest.approx(fresh) and m["b"] == pytest.approx(b)
+    assert m["gap"].shape == (4,) and m["gap"][0] == pytest.approx(0.0, abs=1e-6)
+    assert m["n_bytes"] == 48 and m["global_steps"] >= 48 // 4
+    assert m["tau"] == bp.tau_for_budget(bp.score(net_c, x_cal, math.inf)["h_stale"], 0.5)

@@ -521,3 +521,32 @@ def _registry():
 
 
 KERNELS = _registry()
+
+
+# --- one training seed's scores (the chapter's seed loop) --------------------------------------------------------
+@torch.no_grad()
+def seed_metrics(net_c: PatchLM, net_b: PatchLM, x_test: torch.Tensor, x_cal: torch.Tensor, budget: float,
+                 generator: torch.Generator) -> dict:
+    """Held-out scores of one scratchpad-trained model ``net_c`` and one plain patch model ``net_b``.
+
+    ``x_cal`` (training windows) calibrates tau for ``budget`` global steps per byte (:func:`tau_for_budget`);
+    ``generator`` places the random-trigger control. Returns bits per byte ``stale`` (tau = inf), ``fresh`` (a
+    scratchpad after every byte), ``sp`` (tau*), ``rand`` (as many scratchpads at random places), ``b`` (the plain
+    model), the per-offset gap stale - fresh ``gap`` (P,), its fitted ``slope``, ``tau``, and the counts
+    ``global_steps`` / ``local_steps`` at tau* with ``n_bytes``.
+    """
+    P = net_c.cfg.patch
+    prep = prepare(net_c, x_test)
+    tau = tau_for_budget(score(net_c, x_cal, math.inf)["h_stale"], budget)
+    runs = {"stale": score(net_c, x_test, math.inf, prep), "fresh": score(net_c, x_test, -math.inf, prep),
+            "sp": score(net_c, x_test, tau, prep)}
+    runs["rand"] = score(net_c, x_test, 0.0, prep,
+                         fired=random_trigger(runs["sp"]["fired"], int(runs["sp"]["fired"].sum()), generator))
+    loss = {k: bits_per_byte(r["logits"], x_test) for k, r in runs.items()}
+    by_offset = lambda v: v.view(v.shape[0], -1, P).mean((0, 1)).cpu().numpy()
+    gap = by_offset(loss["stale"]) - by_offset(loss["fresh"])
+    out = {k: v.mean().item() for k, v in loss.items()}
+    out.update(b=bits_per_byte(net_b(x_test), x_test).mean().item(), gap=gap,
+               slope=float(np.polyfit(np.arange(P), gap, 1)[0]), tau=tau, n_bytes=x_test.numel(),
+               global_steps=runs["sp"]["global_steps"], local_steps=runs["sp"]["local_steps"])
+    return out
