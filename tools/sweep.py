@@ -192,8 +192,20 @@ def write_summary(slug: str, metas: list[dict], folder: Path) -> Path:
 
 
 def chapter_key(nb: Path) -> str:
-    """The chapter's cache key at its defaults: changes when its cells or any paperkit module it imports change."""
-    return cache_key(ROOT / nb, {})
+    """What a sweep's numbers depend on: the chapter's code cells, the paperkit modules it imports (through the
+    import graph) and requirements.txt. Prose edits leave it unchanged, so they do not make a sweep stale."""
+    import hashlib
+
+    from run_book import LIB, chapter_modules
+
+    h = hashlib.sha256()
+    for cell in nbformat.read(ROOT / nb, as_version=4).cells:
+        if cell.cell_type == "code":
+            h.update(cell.source.encode() + b"\0")
+    for f in chapter_modules(ROOT / nb):
+        h.update(f.relative_to(LIB).as_posix().encode() + b"\0" + f.read_bytes())
+    h.update((ROOT / "requirements.txt").read_bytes())
+    return h.hexdigest()
 
 
 def publish(slug: str, nb: Path, metas: list[dict], seeds: list[int], grid: dict) -> Path:
