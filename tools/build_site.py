@@ -61,6 +61,7 @@ def stage() -> list[dict]:
         records.append(rec)
     if missing:
         sys.exit(f"build_site: no executed copy or ledger record for {missing}; run tools/run_book.py first")
+    apply_sweeps(records)
     (SRC / "book" / "status.md").write_text(status_page(records))
     status_figure(records, SRC / "book" / "status_verdicts.png")
     (SRC / "book" / "data.md").write_text(data_page())
@@ -131,7 +132,41 @@ def add_run_box(staged, nb: Path, rec: dict) -> None:
 
 
 def paper_claims(rec: dict) -> list[dict]:
+    """The record's paper claims (construction checks left out; out-of-reach ones kept)."""
     return [c for c in rec["claims"] if c["kind"] != "construction"]
+
+
+def apply_sweeps(records: list[dict]) -> None:
+    """Decide each paper claim's book verdict from the committed sweep summary where one exists and is fresh.
+
+    A claim measured at every point of a chapter's sweep (seeds 0-9 at least) is *reproduced* when it reproduced at
+    every point, *seed-dependent* when at some, and keeps its own verdict when at none. Without a fresh sweep the
+    verdict is the one of the book's own run. ``sweep_share`` and ``sweep_points`` are added for the status page.
+    """
+    import pandas as pd
+    from sweep import PUBLISHED, chapter_key
+
+    for r in records:
+        csv, prov_file = PUBLISHED / f"{r['slug']}.csv", PUBLISHED / f"{r['slug']}.json"
+        fresh = csv.exists() and prov_file.exists()
+        if fresh:
+            prov = json.loads(prov_file.read_text())
+            fresh = (ROOT / prov["notebook"]).exists() and chapter_key(Path(prov["notebook"])) == prov["chapter_key"]
+        df = pd.read_csv(csv) if fresh else None
+        r["sweep"] = "fresh" if fresh else ("stale" if csv.exists() else "none")
+        for c in r["claims"]:
+            c["book_verdict"], c["sweep_share"], c["sweep_points"] = c["verdict"], None, 0
+            if df is None or c["kind"] in ("construction", "out of reach"):
+                continue
+            d = df[df["claim"] == c["id"]]
+            if d.empty:
+                continue
+            share = float((d["verdict"] == "reproduced").mean())
+            c["sweep_share"], c["sweep_points"] = share, len(d)
+            if share == 1.0:
+                c["book_verdict"] = "reproduced"
+            elif share > 0:
+                c["book_verdict"] = "seed-dependent"
 
 
 def status_figure(records: list[dict], out: Path) -> None:
@@ -149,7 +184,7 @@ def status_figure(records: list[dict], out: Path) -> None:
     ax = axes[0]
     left = [0] * len(records)
     for v in PAPER_VERDICTS:
-        n = [sum(c["verdict"] == v for c in paper_claims(r)) for r in records]
+        n = [sum(c["book_verdict"] == v for c in paper_claims(r)) for r in records]
         ax.barh(range(len(records)), n, left=left, color=VERDICT_COLORS[v], label=v)
         left = [a + b for a, b in zip(left, n)]
     ax.set_yticks(range(len(records)), [r["slug"] for r in records], fontsize=7.5)
@@ -164,7 +199,8 @@ def status_page(records: list[dict]) -> str:
     """The status page's Markdown: totals, the figure, every paper claim with a link to its row, the environment."""
     paper = [c for r in records for c in paper_claims(r)]
     n_built = sum(c["kind"] == "construction" for r in records for c in r["claims"])
-    counts = {v: sum(c["verdict"] == v for c in paper) for v in PAPER_VERDICTS}
+    counts = {v: sum(c["book_verdict"] == v for c in paper) for v in PAPER_VERDICTS}
+    swept = sum(r["sweep"] == "fresh" for r in records)
     cpu = sum(r.get("cpu_time_s", 0) for r in records)
     lines = [
         "# Status of every claim",
@@ -176,7 +212,10 @@ def status_page(records: list[dict]) -> str:
         + ", ".join(f"{n} {v}" for v, n in counts.items()) + f".** Besides these, {n_built} construction checks "
         "(our code against its reference, identities true by construction) passed; they are not counted. "
         "A claim is *seed-dependent* when it was measured over a declared set of seeds and passed at some of them "
-        "only (the share is given); *inconclusive* when its negative control passed the check too.",
+        "only (the share is given); *inconclusive* when its negative control passed the check too. "
+        f"For the {swept} chapters with a fresh sweep on the [robustness page](robustness.md), the verdict is decided "
+        "over the sweep's seeds: a claim that reproduced at the chapter's defaults but not at every seed of its sweep "
+        "counts as seed-dependent.",
         "",
         "![Paper claims of each chapter by verdict](status_verdicts.png)",
         "",
@@ -186,8 +225,10 @@ def status_page(records: list[dict]) -> str:
     ]
     for r in records:
         pc = paper_claims(r)
-        head = ", ".join(f"{sum(c['verdict'] == v for c in pc)} {v}" for v in PAPER_VERDICTS
-                         if any(c["verdict"] == v for c in pc))
+        head = ", ".join(f"{sum(c['book_verdict'] == v for c in pc)} {v}" for v in PAPER_VERDICTS
+                         if any(c["book_verdict"] == v for c in pc))
+        head += {"fresh": " (decided over its sweep)", "stale": " (its sweep is stale: verdicts of this run)",
+                 "none": " (not swept yet: verdicts of this run)"}[r["sweep"]]
         share = 100 * r.get("cpu_time_s", 0) / cpu if cpu else 0
         href = f"../notebooks/{r['part']}/{r['slug']}.html"
         lines += [f"## {r['title']}", "",
@@ -202,11 +243,15 @@ def status_page(records: list[dict]) -> str:
                 measured = f"{c['measured']:.3g} {c['op']} {c['threshold']:.3g}"
                 if c.get("share") is not None:
                     measured += f"; passes at {c['share']:.0%} of {len(c['per_seed'])} seeds"
+            sweep = (f"{c['sweep_share']:.0%} of {c['sweep_points']} points" if c["sweep_share"] is not None
+                     else "")
             rows.append(f"<tr><td><a href=\"{href}#claim-{html.escape(c['id'])}\">{html.escape(c['id'])}</a></td>"
-                        f"<td>{html.escape(c['text'])}</td><td>{html.escape(c['verdict'])}</td>"
+                        f"<td>{html.escape(c['text'])}</td><td>{html.escape(c['book_verdict'])}</td>"
+                        f"<td>{html.escape(c['verdict'])}</td><td>{html.escape(sweep)}</td>"
                         f"<td>{html.escape(measured)}</td></tr>")
         lines += ['<table class="status-claims"><thead><tr><th>claim</th><th>what it says</th><th>verdict</th>'
-                  f"<th>measured, check</th></tr></thead><tbody>{''.join(rows)}</tbody></table>", ""]
+                  "<th>at the defaults</th><th>reproduced over the sweep</th><th>measured, check (defaults)</th></tr>"
+                  f"</thead><tbody>{''.join(rows)}</tbody></table>", ""]
     env = records[0] if records else {"versions": {}, "git_commit": "?", "lib_hash": "?"}
     lines += ["## Environment", "",
               f"Commit `{env['git_commit']}`, paperkit hash `{env['lib_hash']}`. Packages: "
