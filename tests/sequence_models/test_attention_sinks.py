@@ -190,3 +190,34 @@ def test_training_lowers_loss_and_report_is_consistent():
     assert 0 <= rep["sink"] <= 1 and 0 <= rep["diag"] <= 1 and -1 <= rep["cos_sink"] <= 1
     with pytest.raises(ValueError, match="steps"):
         train_recall_model(model, table, 0, 16, 12, 0.2, 0.01, rng)
+
+
+def test_backcopy_recall_copies_the_token_before_the_trigger():
+    from paperkit.sequence_models.attention_sinks import bigram_table, recall_or_bigram_batch
+    rng = np.random.default_rng(0)
+    table = bigram_table(rng, 8)
+    x = recall_or_bigram_batch(rng, table, 64, 24, 0.3, bos=False, recall="previous").numpy()
+    trig = 8
+    b, t = np.nonzero(x[:, 1:-1] == trig)
+    t = t + 1  # trigger positions >= 1
+    assert len(t) > 0
+    assert np.all(x[b, t + 1] == x[b, t - 1])
+    with pytest.raises(ValueError):
+        recall_or_bigram_batch(rng, table, 4, 8, 0.3, recall="random")
+
+
+def test_context_sensitivity_zero_for_a_token_wise_head():
+    import torch
+    from paperkit.sequence_models.attention_sinks import (bigram_table, context_sensitivity, make_recall_model,
+                                                          recall_or_bigram_batch)
+    rng = np.random.default_rng(1)
+    table = bigram_table(rng, 6)
+    model = make_recall_model(6, 16, 12, torch.Generator().manual_seed(0))
+    x0 = recall_or_bigram_batch(rng, table, 256, 12, 0.2, True)
+    same = context_sensitivity(model, x0, x0.clone(), 6, True, 7)
+    assert same["idle"] == pytest.approx(0.0, abs=1e-7)
+    x1 = recall_or_bigram_batch(rng, table, 256, 12, 0.2, True)
+    other = context_sensitivity(model, x0, x1, 6, True, 7)
+    assert other["idle"] > 0.01
+    with pytest.raises(ValueError):
+        context_sensitivity(model, x0, x1, 6, True, 1)

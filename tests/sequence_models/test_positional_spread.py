@@ -196,3 +196,28 @@ def test_trained_part_bad_input():
     with pytest.raises(ValueError, match="E"):
         order_breaking_gap(m, torch.zeros(2, 5, dtype=torch.long), torch.zeros(2, dtype=torch.long),
                            torch.zeros(4, 8))
+
+
+def test_matched_random_pe_and_first_token_control():
+    import torch
+    from paperkit.nn.tiny_transformer import sinusoidal_pe
+    from paperkit.sequence_models.positional_spread import (FirstTokenEncoder, MeanPoolEncoder, matched_random_pe,
+                                                            positional_spread, train_encoders)
+    g = torch.Generator().manual_seed(0)
+    R = matched_random_pe(32, 8, 16, g)
+    assert positional_spread(R[:16].double().numpy()) == pytest.approx(
+        positional_spread(sinusoidal_pe(16, 8).double().numpy()), rel=1e-5)
+    ms = train_encoders("mean_threshold", [0.5, 1.0], L=16, vocab=8, steps=2, batch=4, lr=1e-3, gen=g, d_model=8,
+                        max_len=32, pe_table=R)
+    assert torch.allclose(ms[1].encoding(16), R[:16])
+    m = MeanPoolEncoder(8, 2, 8, 2, 32, 1.0, g)
+    f = FirstTokenEncoder.from_encoder(m)
+    x = torch.randint(0, 8, (3, 16), generator=g)
+    assert f(x).shape == (3, 2)
+    # the control reads out position 0: it is not permutation invariant even without an encoding
+    E0 = torch.zeros(16, 8)
+    perm = torch.randperm(16, generator=g)
+    assert not torch.allclose(f(x, pe=E0), f(x[:, perm], pe=E0))
+    with pytest.raises(ValueError):
+        train_encoders("mean_threshold", [1.0], L=16, vocab=8, steps=1, batch=2, lr=1e-3, gen=g, d_model=8,
+                       max_len=32, pe_table=R[:10])

@@ -203,15 +203,19 @@ def bigram_table(rng: np.random.Generator, n_content: int, concentration: float 
 
 
 def recall_or_bigram_batch(rng: np.random.Generator, bigram: np.ndarray, batch: int, length: int,
-                           p_trigger: float, bos: bool = True) -> torch.Tensor:
+                           p_trigger: float, bos: bool = True, recall: str = "uniform") -> torch.Tensor:
     """Token sequences (batch, length + bos) of the recall-or-bigram task; ids: content 0..V-1, trigger V, BOS V+1.
 
     x_1 is a uniform content token. After a content token x_t the next token is the trigger with probability
     ``p_trigger`` (only from t >= 2 on, so that a context exists), else a draw from ``bigram[x_t]``. After a trigger
     the next token is a uniformly chosen earlier token x_s, s < t (content or trigger): predicting it needs the
     whole context, so the head must mix; after a content token the context is useless, so the head should not.
-    With ``bos`` the sequences start with the BOS token, which never recurs.
+    With ``bos`` the sequences start with the BOS token, which never recurs. ``recall="previous"`` makes the token
+    after a trigger a copy of the token just before the trigger (x_{t-1}): the active pattern is then positional
+    ("look one back") instead of content-based (the bigram-backcopy variant).
     """
+    if recall not in ("uniform", "previous"):
+        raise ValueError(f"recall must be 'uniform' or 'previous', got {recall!r}")
     V = bigram.shape[0]
     if bigram.ndim != 2 or bigram.shape != (V, V) or not np.allclose(bigram.sum(1), 1.0):
         raise ValueError(f"bigram must be a row-stochastic square table, got shape {bigram.shape}")
@@ -228,8 +232,9 @@ def recall_or_bigram_batch(rng: np.random.Generator, bigram: np.ndarray, batch: 
         # inverse-CDF draw from bigram[prev] (a trigger's row is never used: its successor is a recall)
         nxt = np.minimum((cum[np.minimum(prev, V - 1)] < rng.random(batch)[:, None]).sum(1), V - 1)
         if t >= 2:
-            recall = x[rows, rng.integers(0, t - 1, size=batch)]  # uniform over x_0 .. x_{t-2}
-            nxt = np.where(prev == trig, recall, nxt)
+            src = rng.integers(0, t - 1, size=batch) if recall == "uniform" else np.full(batch, t - 2)
+            recalled = x[rows, src]  # uniform over x_0 .. x_{t-2}, or x_{t-2} (the token before the trigger)
+            nxt = np.where(prev == trig, recalled, nxt)
             nxt = np.where((prev != trig) & (rng.random(batch) < p_trigger), trig, nxt)
         x[:, t] = nxt
     out = torch.from_numpy(x)
@@ -304,7 +309,7 @@ def mass_split_ref(P: torch.Tensor, query_mask: torch.Tensor, sink_col: int | No
 
 
 def train_recall_model(model, bigram: np.ndarray, steps: int, batch: int, length: int, p_trigger: float, lr: float,
-                       rng: np.random.Generator, bos: bool = True) -> np.ndarray:
+                       rng: np.random.Generator, bos: bool = True, recall: str = "uniform") -> np.ndarray:
     """Next-token training on :func:`recall_or_bigram_batch` (fresh batches from ``rng``); loss per step (steps,).
 
     :class:`~paperkit.training.AdamCosine` at learning rate ``lr``; cross-entropy on every next token.
@@ -315,7 +320,7 @@ def train_recall_model(model, bigram: np.ndarray, steps: int, batch: int, length
     opt = AdamCosine(model.parameters(), lr, steps)
     losses = np.empty(steps)
     for step in range(steps):
-        x = recall_or_bigram_batch(rng, bigram, batch, length, p_trigger, bos).to(dev)
+        x = recall_or_bigram_batch(rng, bigram, batch, length, p_trigger, bos, recall).to(dev)
         logits = model(x[:, :-1])
         losses[step] = opt.step(torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
                                                                   x[:, 1:].reshape(-1)))
@@ -381,3 +386,49 @@ def _registry():
 
 
 KERNELS = _registry()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Does an idle head act token-wise (like an MLP)?
+# ---------------------------------------------------------------------------------------------------------------
+
+def head_output(model, tokens: torch.Tensor, layer: int = 0) -> torch.Tensor:
+    """The mixed values sum_j p_ij v_j of every head of one layer (before the output projection): (B, H, L, dh)."""
+    with torch.no_grad():
+        _, attn = model(tokens, return_attn=True)
+    _, _, v = head_qkv(model, tokens, layer)
+    return attn[layer] @ v
+
+
+def context_sensitivity(model, tokens: torch.Tensor, fresh: torch.Tensor, n_content: int, bos: bool,
+                        pos: int) -> dict[str, float]:
+    """How much a causal head's output at position ``pos`` depends on the context rather than on its own token.
+
+    ``fresh`` (same shape as ``tokens``) supplies a new context: positions before ``pos`` (after BOS) come from it,
+    the token at ``pos`` and BOS stay. With o and o' the head outputs at ``pos`` (first head, see
+    :func:`head_output`), returns for the sequences whose token at ``pos`` is a content token (``idle``) and those
+    where it is the trigger (``active``) the relative change mean ||o - o'|| / mean ||o||: 0 when the output is a
+    function of the query's own token alone (token-wise, like an MLP; a constant output counts), of order 1 when the
+    head mixes the context.
+    """
+    if tokens.shape != fresh.shape or not 0 < pos < tokens.shape[1]:
+        raise ValueError(f"tokens and fresh must share a shape and 0 < pos < L, got {tuple(tokens.shape)}, "
+                         f"{tuple(fresh.shape)}, pos={pos}")
+    first = 1 if bos else 0
+    if pos <= first:
+        raise ValueError(f"pos must leave a context after BOS, got pos={pos}")
+    mixed = fresh.clone()
+    mixed[:, pos:] = tokens[:, pos:]
+    if bos:
+        mixed[:, 0] = tokens[:, 0]
+    o = head_output(model, tokens)[:, 0, pos].cpu()
+    o2 = head_output(model, mixed)[:, 0, pos].cpu()
+    tok = tokens[:, pos].cpu()
+    out = {}
+    for name, sel in (("idle", tok < n_content), ("active", tok == n_content)):
+        if int(sel.sum()) < 2:
+            out[name] = float("nan")
+            continue
+        a, b = o[sel], o2[sel]
+        out[name] = ((a - b).norm(dim=1).mean() / a.norm(dim=1).mean()).item()
+    return out

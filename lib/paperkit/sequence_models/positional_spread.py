@@ -290,7 +290,7 @@ def accuracy(model: MeanPoolEncoder, x: torch.Tensor, y: torch.Tensor, chunk: in
 
 def train_encoders(task: str, scales, *, L: int, vocab: int, steps: int, batch: int, lr: float,
                    gen: torch.Generator, d_model: int = 32, n_heads: int = 2, max_len: int = 64,
-                   device: str = "cpu") -> list[MeanPoolEncoder]:
+                   device: str = "cpu", pe_table: torch.Tensor | None = None) -> list[MeanPoolEncoder]:
     """One :class:`MeanPoolEncoder` per PE scale s in ``scales``, trained side by side with ``torch.func.vmap``.
 
     Every model starts from the same weights and sees the same batches (common random numbers: the models differ
@@ -303,6 +303,10 @@ def train_encoders(task: str, scales, *, L: int, vocab: int, steps: int, batch: 
     if steps < 0 or batch < 1 or not lr > 0:
         raise ValueError(f"steps must be >= 0, batch >= 1 and lr > 0, got steps={steps}, batch={batch}, lr={lr}")
     base = MeanPoolEncoder(vocab, n_classes(task, vocab), d_model, n_heads, max_len, scales[0], gen).to(device)
+    if pe_table is not None:  # another encoding family in place of the sinusoidal rows, (>= max_len, d)
+        if pe_table.ndim != 2 or pe_table.shape[0] < max_len or pe_table.shape[1] != d_model:
+            raise ValueError(f"pe_table must be (>= {max_len}, {d_model}), got {tuple(pe_table.shape)}")
+        base.pe = pe_table[:max_len].to(device=device, dtype=base.pe.dtype)
     models = [base]
     for s in scales[1:]:  # same initial weights, another PE scale
         m = copy.deepcopy(base)
@@ -374,20 +378,24 @@ def order_breaking_gap(model: MeanPoolEncoder, x: torch.Tensor, y: torch.Tensor,
 
 
 def spread_sweep(task: str, scales, test_lens, *, replicates: int, L: int, vocab: int, steps: int, batch: int,
-                 lr: float, n_test: int, gen: torch.Generator, d_model: int = 32, device: str = "cpu"):
+                 lr: float, n_test: int, gen: torch.Generator, d_model: int = 32, device: str = "cpu",
+                 pe_table: torch.Tensor | None = None, tests: dict | None = None):
     """Train ``replicates`` x len(scales) encoders on ``task`` at length ``L`` and test them at every length.
 
     Each replicate is one :func:`train_encoders` call (fresh initial weights and batches from ``gen``, shared by the
     scales within it); the test sets (``n_test`` sequences per length) are drawn once from ``gen`` and shared by
     all models. Returns (acc, models, tests): acc of shape (replicates, len(scales), len(test_lens)), the list of
-    model lists per replicate, and the dict length -> (x, y).
+    model lists per replicate, and the dict length -> (x, y). ``pe_table`` (max_len, d) replaces the sinusoidal
+    encoding (scaled by each s as before); ``tests`` reuses test sets from an earlier sweep.
     """
     if replicates < 1 or n_test < 1:
         raise ValueError(f"replicates and n_test must be >= 1, got {replicates}, {n_test}")
     max_len = max(max(test_lens), L)
     models = [train_encoders(task, scales, L=L, vocab=vocab, steps=steps, batch=batch, lr=lr, gen=gen,
-                             d_model=d_model, max_len=max_len, device=device) for _ in range(replicates)]
-    tests = {T: task_batch(task, n_test, T, vocab, gen) for T in test_lens}
+                             d_model=d_model, max_len=max_len, device=device, pe_table=pe_table)
+              for _ in range(replicates)]
+    if tests is None:
+        tests = {T: task_batch(task, n_test, T, vocab, gen) for T in test_lens}
     acc = np.array([[[accuracy(m, *tests[T]) for T in test_lens] for m in rep] for rep in models])
     return acc, models, tests
 
@@ -448,3 +456,36 @@ def _registry():
 
 
 KERNELS = _registry()
+
+
+class FirstTokenEncoder(MeanPoolEncoder):
+    """Control for the upper bound: a :class:`MeanPoolEncoder` read out from position 0 instead of the mean.
+
+    Smooth like the original but not permutation invariant at zero spread (position 0 is singled out), so the
+    theorem's premise (mean pooling) fails. Built from a trained encoder by :meth:`from_encoder`, same weights.
+    """
+
+    @classmethod
+    def from_encoder(cls, model: MeanPoolEncoder) -> "FirstTokenEncoder":
+        m = copy.deepcopy(model)
+        m.__class__ = cls
+        return m
+
+    def forward(self, tokens: torch.Tensor, pe: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits (batch, n_out) = head(LN(h_0)), h = Block(embed(tokens) + E)."""
+        L = tokens.shape[1]
+        E = self.encoding(L) if pe is None else pe
+        if E.shape != (L, self.cfg.d_model):
+            raise ValueError(f"pe must have shape ({L}, {self.cfg.d_model}), got {tuple(E.shape)}")
+        h, _ = self.block(self.embed(tokens) + E)
+        return self.head(self.ln_f(h[:, 0]))
+
+
+def matched_random_pe(max_len: int, d: int, L: int, gen: torch.Generator) -> torch.Tensor:
+    """A fixed Gaussian encoding table (max_len, d), rescaled so that its first L rows have exactly the spread of
+    the sinusoidal rows PE[:L]: at every scale s the two families then have the same spread at the training length."""
+    if not 1 <= L <= max_len:
+        raise ValueError(f"L must lie in [1, max_len], got L={L}, max_len={max_len}")
+    R = torch.randn(max_len, d, generator=gen)
+    target = positional_spread(sinusoidal_pe(L, d).double().numpy())
+    return R * math.sqrt(target / positional_spread(R[:L].double().numpy()))
