@@ -166,3 +166,25 @@ def test_browser_chapter_math_and_figures(browser, nb):
     assert all(w > 0 for _, w in info["imgs"]), f"figures that did not load: {info['imgs']}"
     assert info["math"] >= 1 and info["raw_tex"] == 0 and info["errors"] == 0, info
     assert all(u.startswith("file:") for u in resources_loaded(browser))
+
+
+def test_a_training_chapter_gives_identical_numbers_under_both_runners(tmp_path):
+    """make test ran every chapter two at a time with one-thread caps; a reader's papermill (or make book with
+    JOBS=1) runs with the machine's thread caps. The chapter computes with its own `threads` parameter either way,
+    so every measured value must be identical."""
+    import os
+    import subprocess
+    import sys
+
+    slug = "attention_sinks_diagonal"   # trains a small Torch model: reductions that would split by thread
+    nb = next(p for p in CHAPTERS if p.stem == slug)
+    book = json.loads((ROOT / "_build" / "results" / f"{slug}.json").read_text())
+    env = dict(os.environ, PAPERKIT_RESULTS=str(tmp_path), NUMBA_NUM_THREADS="2", OMP_NUM_THREADS="2",
+               MKL_NUM_THREADS="2", PAPERKIT_THREADS="2")
+    r = subprocess.run([sys.executable, "-m", "papermill", str(ROOT / nb), str(tmp_path / "out.ipynb"), "--cwd",
+                        str((ROOT / nb).parent), "--no-progress-bar"], env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    other = json.loads((tmp_path / f"{slug}.json").read_text())
+    assert [(c["id"], c["measured"], c["verdict"]) for c in other["claims"]] == \
+        [(c["id"], c["measured"], c["verdict"]) for c in book["claims"]]

@@ -193,3 +193,14 @@ def test_mutual_information_in_bits():
     assert math.isclose(m.mutual_information_bits(a, a), 2.0, rel_tol=1e-12)
     assert m.mutual_information_bits(a, np.zeros_like(a)) == 0.0
     assert math.isclose(m.mutual_information_bits(a, a % 2), 1.0, rel_tol=1e-12)
+
+
+def test_forward_time_ratios_shape_and_errors():
+    g = torch.Generator().manual_seed(0)
+    models = {"a": ("dense", 6, 1), "b": ("param", 4, 2)}
+    r = m.forward_time_ratios(models, "a", 2, 8, g, repeats=1, d_state=2)
+    assert set(r) == {"b"} and r["b"] > 0
+    with pytest.raises(ValueError):
+        m.forward_time_ratios(models, "z", 2, 8, g)
+    with pytest.raises(ValueError):
+        m.forward_time_ratios(models, "a", 0, 8, g)

@@ -209,3 +209,22 @@ def test_bad_training_arguments():
         su.train_ensemble(model, x, x, 0, 0.01, 4, torch.Generator())
     with pytest.raises(ValueError, match="x_train"):
         su.train_ensemble(model, x[:1], x[:1], 5, 0.01, 4, torch.Generator())
+
+
+@pytest.mark.parametrize("selective", [True, False])
+def test_state_features_reproduce_the_readout(selective):
+    """The model's own output is a linear readout of ensemble_state_features: the features are the whole state."""
+    g = torch.Generator().manual_seed(3)
+    model = su.ClockedScanEnsemble([selective, not selective], 3, 4, 3, g)
+    x = seqs(11, 3, 5)
+    with torch.no_grad():
+        y = model(torch.tensor(x, dtype=torch.float32).expand(2, 11, 3))[0].numpy()
+    feats = su.ensemble_state_features(model, 0)
+    for t in range(1, 4):
+        h = feats(x, t).reshape(11, 3, 4)
+        pred = np.einsum("bdn,n,d->b", h, model.W_C[0, t - 1].detach().numpy(), model.w_out[0].detach().numpy())
+        np.testing.assert_allclose(pred + model.b_out[0, t - 1].item(), y[:, t - 1], atol=1e-5)
+    with pytest.raises(ValueError):
+        su.ensemble_state_features(model, 2)
+    with pytest.raises(ValueError):
+        feats(x, 4)

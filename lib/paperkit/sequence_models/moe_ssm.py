@@ -415,3 +415,20 @@ def _registry():
 
 
 KERNELS = _registry()
+
+
+@torch.no_grad()
+def forward_time_ratios(models: dict, baseline: str, batch: int, length: int, gen: torch.Generator,
+                        repeats: int = 9, d_in: int = 8, d_out: int = 6, d_state: int = 8) -> dict:
+    """Whole forward pass (projections, router, token mixer; Numba scan) of each :class:`MoESSM` in ``models``
+    (``name -> (design, d_model, n_experts)``) over that of ``models[baseline]``, from interleaved repeats
+    (:func:`paperkit.timing.speed_ratio`) on one random batch ``(batch, length, d_in)``; fresh weights from ``gen``.
+    Returns ``name -> t(name) / t(baseline)`` for every other name."""
+    if baseline not in models:
+        raise ValueError(f"baseline {baseline!r} is not one of {list(models)}")
+    if batch < 1 or length < 1 or repeats < 1:
+        raise ValueError(f"batch, length and repeats must be >= 1, got {batch}, {length}, {repeats}")
+    nets = {k: MoESSM(d_in, d_out, d, d_state, e, des, gen) for k, (des, d, e) in models.items()}
+    x = torch.randn(batch, length, d_in, generator=gen)
+    run = {k: (lambda n=n: n(x, scan=scan_numba_torch)) for k, n in nets.items()}
+    return {k: speed_ratio(run[baseline], f, repeats).ratio for k, f in run.items() if k != baseline}

@@ -25,7 +25,7 @@ Kernels (each with a plain reference of the same signature):
 * :func:`clocked_scan_readout` (Numba, fused scan and readout, never stores the (batch, K, T) states) and
   :func:`clocked_scan_readout_ref`, which runs the same construction through the shared Mamba-form oracle
   :func:`paperkit.nn.selective_scan.selective_scan_ref` (one channel per state coordinate, A = -1, Delta_t = -log a_t).
-* :func:`lti_scan_states` (the shared Numba scan with input-independent decays) and :func:`lti_scan_states_ref`.
+* :func:`lti_scan_states` (a Numba multiply-add loop, input-independent decays: no exp) and :func:`lti_scan_states_ref`.
 
 Training: :class:`ClockedScanEnsemble` trains several small selective and non-selective scans at once on
 :func:`paperkit.nn.selective_scan.selective_scan_torch`.
@@ -300,17 +300,30 @@ def _check_decays(x, decays) -> tuple[np.ndarray, np.ndarray]:
     return x, decays
 
 
-def lti_scan_states(x, decays) -> np.ndarray:
-    """States (batch, T, N) of the LTI diagonal scan h_t = lambda * h_{t-1} + x_t, lambda = ``decays`` (N,),
-    computed by the shared :func:`~paperkit.nn.selective_scan.selective_scan_numba` (Delta = 1, A = log lambda,
-    B = C = 1, one channel per state)."""
-    x, decays = _check_decays(x, decays)
+@numba.njit(cache=True)
+def _lti_scan_kernel(x, decays, out):
     bsz, T = x.shape
-    N = len(decays)
-    u = np.ascontiguousarray(np.broadcast_to(x[:, None, :], (bsz, N, T)))
-    ones = np.ones((bsz, 1, T))
-    h = selective_scan_numba(u, np.ones((bsz, N, T)), np.log(decays)[:, None], ones, ones)
-    return h.transpose(0, 2, 1)
+    N = decays.shape[0]
+    for b in range(bsz):
+        for k in range(N):
+            out[b, 0, k] = x[b, 0]
+        for t in range(1, T):
+            xt = x[b, t]
+            for k in range(N):
+                out[b, t, k] = decays[k] * out[b, t - 1, k] + xt
+
+
+def lti_scan_states(x, decays) -> np.ndarray:
+    """States (batch, T, N) of the LTI diagonal scan h_t = lambda * h_{t-1} + x_t, lambda = ``decays`` (N,).
+
+    The shared :func:`~paperkit.nn.selective_scan.selective_scan_numba` with Delta = 1, A = log lambda, B = C = 1
+    (one channel per state) computes the same states, but pays an exp per update where an LTI scan needs none (and
+    was slower than the NumPy loop :func:`lti_scan_states_ref`); this serial Numba loop does the multiply-add only,
+    in the reference's order (bit-identical to it)."""
+    x, decays = _check_decays(x, decays)
+    out = np.empty((x.shape[0], x.shape[1], len(decays)))
+    _lti_scan_kernel(np.ascontiguousarray(x), np.ascontiguousarray(decays), out)
+    return out
 
 
 def lti_scan_states_ref(x, decays) -> np.ndarray:
@@ -447,8 +460,38 @@ def _registry():
 
     return [Kernel("ssm_universality.lti_scan_states", lti_scan_states, lti_scan_states_ref, inputs,
                    Contract(empty="value", shapes="x: (batch, T); decays: (N,) in (0, 1)"),
-                   tol={"float64": (1e-10, 1e-12)}, benchmark="lti_scan_states (shared selective_scan_numba)",
+                   tol={"float64": (1e-10, 1e-12)}, benchmark="lti_scan_states (numba, no exp)",
                    oracle="closed form h_t = sum_s lambda^(t-s) x_s")]
 
 
 KERNELS = _registry()
+
+
+def ensemble_state_features(model: ClockedScanEnsemble, member: int):
+    """Feature map ``f(x, t) -> (batch, d n)`` for :func:`ls_readout_fit`: member ``member``'s whole state h_t
+    (every channel and state index) on x (batch, T) under the model's current parameters, read off the shared scan
+    with C = e_j for each state index j. A readout linear in the state sees exactly these coordinates, so a
+    least-squares readout of them is the best that member's gates allow without changing them."""
+    _check_int(member, "member", 0)
+    if member >= len(model.sel):
+        raise ValueError(f"member must be < {len(model.sel)}, got {member}")
+
+    @torch.no_grad()
+    def features(x, t):
+        x = torch.as_tensor(_check_x(x), dtype=torch.float32, device=model.A.device)
+        b, T = x.shape
+        if T != model.T or not 1 <= t <= T:
+            raise ValueError(f"x must be (batch, T={model.T}) and 1 <= t <= T, got {tuple(x.shape)}, t={t}")
+        clock = torch.eye(T, device=x.device).expand(b, T, T)
+        z = torch.cat([x[..., None], clock], -1)  # (b, T, 1 + T)
+        z_gate = torch.cat([x[..., None] * model.sel[member], clock], -1)
+        delta = torch.einsum("btz,zd->bdt", z_gate, model.W_delta[member])
+        B = torch.einsum("btz,zn->bnt", z_gate, model.W_B[member])
+        u = torch.einsum("btz,zd->bdt", z, model.W_u[member])
+        h = []
+        for j in range(model.n):  # y = <e_j, h_t[d]> = h_t[d, j]
+            C = torch.zeros(b, model.n, T, device=x.device)
+            C[:, j] = 1.0
+            h.append(model.scan(u, delta, model.A, B, C, delta_softplus=True)[:, :, t - 1])
+        return torch.stack(h, -1).reshape(b, -1).double().cpu().numpy()  # (b, d n)
+    return features
