@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 from scipy.stats import binomtest
 
-from paperkit.privacy_statistics.conformal_risk import crc_threshold, crc_threshold_ref, evaluate_splits
+from paperkit.privacy_statistics.conformal_risk import (crc_threshold, crc_threshold_ref, evaluate_splits,
+                                                        uncorrected_threshold, uncorrected_threshold_ref)
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -18,6 +19,40 @@ def test_threshold_matches_reference(seed, n, ties, bound):
     for alpha in (0.01, 0.1, 0.3, 0.7, 1.0):
         assert crc_threshold(s, l, alpha, bound) == crc_threshold_ref(s, l, alpha, bound)
     assert crc_threshold(s.astype(np.float32), l, 0.3, bound) == crc_threshold_ref(s.astype(np.float32), l, 0.3, bound)
+
+
+def brute_force_plugin(s, l, alpha):
+    """Independent brute force: R_n at -inf and at every score (where it changes), smallest t with R_n <= alpha."""
+    grid = sorted(set(s.tolist()) | {-np.inf})
+    ok = [t for t in grid if np.mean(l * (s > t)) <= alpha + 1e-15]
+    return min(ok)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("n", [1, 2, 9, 60])
+@pytest.mark.parametrize("ties", [False, True])
+@pytest.mark.parametrize("bound", [1.0, 2.5])
+def test_uncorrected_threshold_matches_reference_and_brute_force(seed, n, ties, bound):
+    rng = np.random.default_rng(seed)
+    s = rng.integers(0, 4, size=n).astype(float) if ties else rng.normal(size=n)
+    l = bound * rng.random(n) * (rng.random(n) < 0.4)
+    for alpha in (0.01, 0.1, 0.3, 0.7, 1.0):
+        t = uncorrected_threshold(s, l, alpha, bound)
+        assert t == uncorrected_threshold_ref(s, l, alpha, bound) == brute_force_plugin(s, l, alpha)
+        # never stricter than CRC (the correction only removes accepted points), and it never refuses everything
+        assert t <= crc_threshold(s, l, alpha, bound) and t < np.inf
+
+
+def test_uncorrected_hand_case():
+    s = np.array([0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1])
+    l = np.array([0, 1, 0, 0, 1, 0, 1, 0, 0], dtype=float)
+    # n = 9: sum / 9 <= alpha.  alpha = 0.2 allows one loss (1/9) -> t = 0.5, as CRC; alpha = 0.15 still one
+    assert uncorrected_threshold(s, l, 0.2) == 0.5 and uncorrected_threshold(s, l, 0.15) == 0.5
+    # alpha = 0.1 < 1/9 allows none: t = 0.8; CRC's (1 + 1) / 10 = 0.2 > 0.15 allows none at 0.15 either
+    assert uncorrected_threshold(s, l, 0.1) == 0.8 and crc_threshold(s, l, 0.15) == 0.8
+    # alpha = 0.09: CRC refuses everything (B / (n + 1) = 0.1 > alpha), the plug-in still accepts the top score
+    assert crc_threshold(s, l, 0.09) == np.inf and uncorrected_threshold(s, l, 0.09) == 0.8
+    assert uncorrected_threshold(s, l, 1 / 3) == -np.inf
 
 
 def test_hand_case():
@@ -109,6 +144,28 @@ def test_evaluate_splits_on_a_fixed_pool():
         assert np.isclose(again["c|accept"][r], np.mean(c[test] * acc)) and np.isclose(again["c"][r], c[test].mean())
 
 
+def test_evaluate_splits_runs_the_given_threshold():
+    rng = np.random.default_rng(2)
+    s = rng.normal(size=60)
+    l = (rng.random(60) < 0.3).astype(float)
+    out = evaluate_splits(s, l, 20, 0.1, 5, np.random.default_rng(1), threshold_fn=uncorrected_threshold)
+    replay = np.random.default_rng(1)
+    for r in range(5):
+        perm = replay.permutation(60)
+        assert out["threshold"][r] == uncorrected_threshold(s[perm[:20]], l[perm[:20]], 0.1)
+
+
+@pytest.mark.parametrize("n,alpha", [(10, 0.1), (20, 0.1)])
+def test_uncorrected_threshold_breaks_the_bound_at_small_n(n, alpha):
+    # with a score that carries no information, the plug-in rule lets floor(alpha n) losses through, CRC fewer:
+    # on a fixed pool under random splits the plug-in's risk exceeds alpha, CRC's does not
+    rng = np.random.default_rng(n)
+    s, l = rng.normal(size=400), (rng.random(400) < 0.5).astype(float)
+    crc = evaluate_splits(s, l, n, alpha, 4000, rng)["risk"].mean()
+    plug = evaluate_splits(s, l, n, alpha, 4000, rng, threshold_fn=uncorrected_threshold)["risk"].mean()
+    assert crc <= alpha + 0.005 < alpha + 0.02 < plug
+
+
 def test_bad_input_raises_naming_the_argument():
     s, l = np.zeros(5), np.zeros(5)
     for args, name in [((s, np.zeros(4), 0.1), "losses"), ((np.zeros((2, 2)), l, 0.1), "scores"),
@@ -124,5 +181,10 @@ def test_bad_input_raises_naming_the_argument():
         evaluate_splits(s, l, 5, 0.1, 10, rng)
     with pytest.raises(ValueError, match="n_splits"):
         evaluate_splits(s, l, 2, 0.1, 0, rng)
+    with pytest.raises(ValueError, match="threshold_fn"):
+        evaluate_splits(s, l, 2, 0.1, 10, rng, threshold_fn=0.5)
+    for args, name in [((s, np.zeros(4), 0.1), "losses"), ((s, l, 0.0), "alpha")]:
+        with pytest.raises(ValueError, match=name):
+            uncorrected_threshold(*args)
     with pytest.raises(ValueError, match="column"):
         evaluate_splits(s, l, 2, 0.1, 10, rng, columns={"c": np.zeros(3)})

@@ -214,3 +214,71 @@ def test_loglog_slope_reads_power_laws():
 def test_bad_input_raises_value_error_naming_argument(call, name):
     with pytest.raises(ValueError, match=name):
         call(np.random.default_rng(0))
+
+
+# --- trivial baselines, worst case over data sets, threshold sample sizes ----------------------------------------
+
+def test_frobenius_scale_is_the_frobenius_sensitivity():
+    rng = np.random.default_rng(11)
+    n = 5
+    worst = 0.0
+    for k in range(200):
+        S, Sp = K.neighbour_pair(4, n, rng, orthogonal=k % 2 == 0)
+        worst = max(worst, np.linalg.norm(S - Sp, "fro"))
+    # never above sqrt(2)/n, reached by orthogonal unit differing rows
+    assert worst <= K.frobenius_scale(1.0, n) * (1 + 1e-12)
+    np.testing.assert_allclose(worst, K.frobenius_scale(1.0, n), rtol=1e-9)
+    with pytest.raises(ValueError, match="eps"):
+        K.frobenius_scale(0.0, n)
+
+
+@pytest.mark.parametrize("d", [4, 8])
+def test_best_constant_error_closed_forms_on_extreme_points(d):
+    # worst case of ||cI - S||_p over {0, e1 e1^T}: p = 1 -> 1 (c = 0), p = inf -> 1/2 (c = 1/2),
+    # p = 2 -> sqrt(1 - 1/d) (c = 1/d)
+    e = np.zeros((d, d))
+    e[0, 0] = 1.0
+    Ss = np.stack([np.zeros((d, d)), e])
+    np.testing.assert_allclose(K.best_constant_error(Ss, 1), 1.0, atol=1e-12)
+    np.testing.assert_allclose(K.best_constant_error(Ss, np.inf), 0.5, atol=1e-12)
+    np.testing.assert_allclose(K.best_constant_error(Ss, 2), np.sqrt(1 - 1 / d), atol=1e-12)
+
+
+def test_best_constant_error_matches_scipy_minimiser():
+    from scipy.optimize import minimize_scalar
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((4, 6, 6))
+    Ss = np.einsum("kij,klj->kil", X, X)
+    Ss /= np.trace(Ss, axis1=1, axis2=2)[:, None, None]
+    for p in (1, 3.0, np.inf):
+        f = lambda c: K.schatten(c * np.eye(6) - Ss, p).max()
+        want = minimize_scalar(f, bounds=(0, 1), method="bounded", options={"xatol": 1e-10}).fun
+        got = K.best_constant_error(Ss, p)
+        # the grid minimum is never below the true minimum and within the grid step (Lipschitz constant <= 6)
+        assert want - 1e-9 <= got <= want + 6 * 1 / 400
+
+
+def test_threshold_n_is_exact_for_power_laws_and_handles_edges():
+    ns = np.array([4.0, 8, 16, 32, 64])
+    np.testing.assert_allclose(K.threshold_n(ns, 10 / ns, 0.5), 20.0, rtol=1e-12)
+    np.testing.assert_allclose(K.threshold_n(ns, 3 / np.sqrt(ns), 0.5), 36.0, rtol=1e-12)
+    assert K.threshold_n(ns, 1 / ns, 0.5) == 4.0
+    assert K.threshold_n(ns, 1e3 / ns, 0.5) == np.inf
+    with pytest.raises(ValueError, match="ns"):
+        K.threshold_n(ns[::-1], 10 / ns, 0.5)
+
+
+def test_worst_case_errors_without_noise():
+    # zero noise and a zero Laplace draw: every private release returns S (S is feasible), 0 errs by ||S||_p
+    rng = np.random.default_rng(2)
+    d, n = 5, 40
+    fam = K.data_families(d, n, 0.7, 10.0, rng)
+    for S in fam.values():
+        assert np.trace(S) <= 0.7 + 1e-12 and np.linalg.eigvalsh(S).min() >= -1e-12
+    zeros = np.zeros((3, d, d))
+    W = K.worst_case_errors(fam, zeros, zeros, np.zeros(3), 1.0, n, [1, 2, np.inf])
+    for m in ("knorm", "pp", "pp_adaptive", "psd", "frobenius"):
+        np.testing.assert_allclose(W[m], 0.0, atol=1e-10)
+    np.testing.assert_allclose(W["zero"], [0.7, 0.7, 0.7], rtol=1e-12)  # the spike has ||S||_p = tr S
+    want = [K.best_constant_error(np.stack(list(fam.values())), p) for p in (1, 2, np.inf)]
+    np.testing.assert_allclose(W["const"], want, rtol=1e-12)

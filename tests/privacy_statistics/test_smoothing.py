@@ -135,3 +135,64 @@ def test_bad_input_raises_naming_the_argument(fn):
         clopper_pearson_lower([11], 10, 0.01)
     with pytest.raises(ValueError, match="alpha"):
         clopper_pearson_lower([1], 10, 0.0)
+
+
+# ------------------------------------------------------------------------------------------ SmoothAdv attack
+
+@pytest.mark.parametrize("m,d,c", SHAPES)
+def test_attack_matches_reference_and_stays_in_the_ball(m, d, c):
+    net = mlp(d, c, torch.float64, m)
+    x = torch.randn(m, d, generator=torch.Generator().manual_seed(m), dtype=torch.float64)
+    cls = net(x).argmax(dim=1)
+    args = dict(sigma=0.5, radius=0.4, steps=4, m=6)
+    fast = smoothing.smooth_adv_attack(net, x, cls, generator=torch.Generator().manual_seed(1), **args)
+    ref = smoothing.smooth_adv_attack_ref(net, x, cls, generator=torch.Generator().manual_seed(1), **args)
+    torch.testing.assert_close(fast, ref, rtol=1e-10, atol=1e-10)
+    assert fast.shape == x.shape and torch.all((fast - x).norm(dim=1) <= 0.4 * (1 + 1e-12))
+
+
+def test_attack_chunking_does_not_change_results(monkeypatch):
+    net = mlp(8, 4, torch.float64, 0)
+    x = torch.randn(13, 8, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    cls = net(x).argmax(dim=1)
+    args = dict(sigma=0.5, radius=0.4, steps=3, m=5)
+    whole = smoothing.smooth_adv_attack(net, x, cls, generator=torch.Generator().manual_seed(0), **args)
+    monkeypatch.setattr(smoothing, "_MAX_ROWS", 2 * 15 + 1)
+    chunked = smoothing.smooth_adv_attack(net, x, cls, generator=torch.Generator().manual_seed(0), **args)
+    torch.testing.assert_close(whole, chunked, rtol=0, atol=0)
+
+
+def test_attack_on_a_linear_classifier_is_the_closed_form_optimum():
+    # smoothing a linear binary classifier gives the same linear classifier; its optimal L2 attack moves the input
+    # by radius straight against the normal w / ||w|| (towards the other class), whatever the noise draws
+    rng = np.random.default_rng(0)
+    w, b = torch.from_numpy(rng.normal(size=6)), 0.3
+    f = Linear2(w, b)
+    x = torch.from_numpy(rng.normal(size=(40, 6)))
+    cls = (x @ w + b > 0).long()
+    xa = smoothing.smooth_adv_attack(f, x, cls, 0.5, 0.7, 5, 4, torch.Generator().manual_seed(0))
+    u = (w / w.norm())[None, :]
+    expected = x - 0.7 * torch.where(cls[:, None] == 1, u, -u)
+    torch.testing.assert_close(xa, expected, rtol=1e-12, atol=1e-12)
+    # so the attack flips exactly the inputs within 0.7 of the decision boundary
+    dist = (x @ w + b).abs() / w.norm()
+    assert torch.equal((xa @ w + b > 0).long() != cls, dist < 0.7)
+    # the radius is zero: nothing moves
+    x0 = smoothing.smooth_adv_attack(f, x, cls, 0.5, 0.0, 3, 2, torch.Generator().manual_seed(0))
+    torch.testing.assert_close(x0, x, rtol=0, atol=0)
+
+
+def test_attack_bad_input_names_the_argument():
+    net = mlp(4, 3, torch.float64, 0)
+    x = torch.zeros(5, 4, dtype=torch.float64)
+    cls = torch.zeros(5, dtype=torch.int64)
+    g = torch.Generator().manual_seed(0)
+    ok = dict(model=net, x=x, cls=cls, sigma=0.5, radius=0.3, steps=2, m=3, generator=g)
+    for key, bad in [("x", torch.zeros(5)), ("cls", torch.zeros(4, dtype=torch.int64)), ("cls", cls.float()),
+                     ("sigma", 0.0), ("radius", -1.0), ("radius", float("nan")), ("steps", 0), ("m", 1.5)]:
+        with pytest.raises(ValueError, match=key):
+            smoothing.smooth_adv_attack(**{**ok, key: bad})
+        with pytest.raises(ValueError, match=key):
+            smoothing.smooth_adv_attack_ref(**{**ok, key: bad})
+    with pytest.raises(ValueError, match="x"):
+        smoothing.smooth_adv_attack(**{**ok, "x": x * np.nan})

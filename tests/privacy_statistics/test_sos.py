@@ -76,3 +76,16 @@ def test_bad_input_raises():
         prog.coeff_vector(sos.chain_poly(np.zeros(2)))
     with pytest.raises(ValueError, match="h"):
         sos.solve_ref(sos.build(1, [[0]]), univariate(0.0), h=0.0)
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_split_bound_is_valid_and_not_tighter(n):
+    th = np.random.default_rng(n + 10).uniform(-1, 1, n - 1)
+    g = sos.solve(sos.build(n, sos.chain_cliques(n)), sos.chain_poly(th))[0]
+    gs = sos.split_bound(th)
+    # the fixed split is one feasible choice of the clique-sparse program's split: never above its optimum
+    assert gs <= g + 1e-6
+    if n == 2:
+        assert gs == pytest.approx(g, abs=1e-6)  # one clique: nothing to split
+    with pytest.raises(ValueError, match="theta"):
+        sos.split_bound(np.zeros((2, 2)))

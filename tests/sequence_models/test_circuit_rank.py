@@ -64,3 +64,32 @@ def test_bad_input():
         mixture_head(np.ones((3, 2)), np.ones((3, 4)))
     with pytest.raises(ValueError, match="H"):
         softmax_head(np.ones((3, 2)), np.ones((3, 4)))
+
+
+def test_circle_logit_head_sharpens_with_beta():
+    from paperkit.sequence_models.circuit_rank import circle_logit_head
+    sigma = np.random.default_rng(0).permutation(16)
+    p = [circle_logit_head(sigma, b)[np.arange(16), sigma].mean() for b in (1.0, 10.0, 100.0, 1000.0)]
+    assert all(a < b for a, b in zip(p, p[1:])) and p[-1] > 0.99
+    P = circle_logit_head(sigma, 5.0)
+    np.testing.assert_array_equal(P.argmax(1), sigma)
+    with pytest.raises(ValueError, match="sigma"):
+        circle_logit_head([0, 0, 1], 1.0)
+    with pytest.raises(ValueError, match="beta"):
+        circle_logit_head(sigma, -1.0)
+
+
+def test_fit_mixture_em_reaches_the_cap():
+    from paperkit.sequence_models.circuit_rank import fit_mixture_em
+    rng = np.random.default_rng(0)
+    V, K = 12, 3
+    sigma = rng.permutation(V)
+    Pi, Phi = fit_mixture_em(sigma, V, K, rng)
+    np.testing.assert_allclose(Pi.sum(1), 1)
+    np.testing.assert_allclose(Phi.sum(1), 1)
+    p = mixture_head(Pi, Phi)[np.arange(V), sigma].mean()
+    assert p <= K / V + 1e-9 and p > 0.8 * K / V
+    with pytest.raises(ValueError, match="targets"):
+        fit_mixture_em([0, 12], V, K, rng)
+    with pytest.raises(ValueError, match="K"):
+        fit_mixture_em(sigma, V, 0, rng)

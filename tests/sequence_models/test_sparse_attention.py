@@ -185,3 +185,52 @@ def test_attention_rejects_bad_shapes(args, match):
         sa.subset_attention(*args, [0])
     with pytest.raises(ValueError, match="ids"):
         sa.subset_attention(np.zeros(4), np.zeros((5, 4)), np.zeros((5, 2)), [7])
+
+
+def test_warmup_reads_change_only_the_prompt_time_queries():
+    """Reading the critical keys at prompt time draws nothing extra: K, V, Q and the schedule are unchanged."""
+    plain = sa.synthetic_kv_stream(2048, 32, 60, np.random.default_rng(6), n_critical=6)
+    read = sa.synthetic_kv_stream(2048, 32, 60, np.random.default_rng(6), n_critical=6, warmup_reads=10.0)
+    for name in ("K", "V", "Q", "critical", "critical_on"):
+        assert np.array_equal(getattr(plain, name), getattr(read, name)), name
+    assert not np.array_equal(plain.warmup_Q, read.warmup_Q)
+    # each critical key is read by at least one prompt-time query, at a logit near critical_logit (25)
+    logit = read.warmup_Q @ read.K[read.critical].astype(np.float64).T / np.sqrt(32)
+    assert np.all(logit.max(axis=0) > 15)
+    assert np.all(np.abs(plain.warmup_Q @ plain.K[plain.critical].astype(np.float64).T / np.sqrt(32)) < 5)
+    # so H2O's prefill keeps them as heavy hitters, which it never does without the reads
+    for st, kept in ((read, True), (plain, False)):
+        cache = sa.H2OCache(200, 100)
+        cache.prefill(sa.h2o_prefill_scores(st.warmup_Q, st.K[:2048]))
+        assert np.all(np.isin(st.critical, cache.ids)) == kept
+    with pytest.raises(ValueError, match="warmup_reads"):
+        sa.synthetic_kv_stream(2048, 32, 60, np.random.default_rng(6), warmup_reads=-1.0)
+
+
+def test_missed_counts_and_matched_quest_budget():
+    rng = np.random.default_rng(7)
+    n, d, steps = 4096, 32, 40
+    st = sa.synthetic_kv_stream(n, d, steps, rng, n_critical=4)
+    tau = 12.0 * np.sqrt(d)
+    dense = sa.dense_pass(st, tau)
+    above = np.array([a.size for a in dense.above])
+    for m in sa.BUDGET_METHODS:
+        r = sa.decode_with_budget(st, m, 256, dense)
+        np.testing.assert_allclose(r["missed"], np.round((1 - r["recall"]) * above), atol=1e-9)
+    # keys plus boxes of the matched Quest budget stay within the index's reads, one page short of exceeding them
+    cache = n + np.arange(1, steps + 1)
+    b = sa.matched_quest_budget(600.0, cache.mean())
+    assert b % 16 == 0 and b + np.ceil(cache.mean() / 16) <= 600 < b + 16 + np.ceil(cache.mean() / 16)
+    r = sa.decode_with_budget(st, "Quest", b, dense)
+    assert r["touched"].mean() <= 600 + 1
+    assert sa.matched_quest_budget(10.0, cache.mean()) == 16  # at least one page
+    with pytest.raises(ValueError, match="page"):
+        sa.matched_quest_budget(600.0, cache.mean(), page=0)
+
+
+def test_seed_metrics_small_run():
+    out = sa.seed_metrics(2048, 32, 50, 12.0 * np.sqrt(32), np.random.default_rng(8), 32, n_critical=4)
+    assert out["false_neg"] == 0 and 0 < out["touched"] <= 1.1 and out["budget"] >= 32
+    assert out["err_index"] >= 0 and out["quest_missed"] >= 0 and out["err_h2o_read"] >= 0
+    again = sa.seed_metrics(2048, 32, 50, 12.0 * np.sqrt(32), np.random.default_rng(8), 32, n_critical=4)
+    assert out == again

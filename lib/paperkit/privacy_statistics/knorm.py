@@ -397,6 +397,90 @@ def release_errors(S, Z_unit, lap_unit, eps: float, n: int, ps, trace_frac: floa
     return {m: np.stack([schatten(R - S, p) for p in ps]) for m, R in out.items()}
 
 
+def frobenius_scale(eps: float, n: int) -> float:
+    """Noise scale sqrt(2)/(eps n) of the Frobenius-ball K-norm mechanism (the isotropic baseline).
+
+    ||x x^T - y y^T||_F^2 = |x|^4 + |y|^4 - 2 (x.y)^2 <= 2 for rows in the unit ball, so the Frobenius sensitivity of
+    S = X^T X / n is sqrt(2)/n and S + frobenius_scale(eps, n) * Z, Z ~ exp(-||Z||_F), is eps-DP.
+    """
+    _check_pos(eps, "eps")
+    _check_int(n, "n", 1)
+    return np.sqrt(2.0) / (eps * n)
+
+
+def data_families(d: int, n: int, trace: float, cond: float, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Three second-moment matrices (d, d) of data sets of n rows with ||x_i||^2 = trace (or 0), tr S <= trace.
+
+    ``flat``: :func:`sphere_rows` (spectrum falling geometrically by ``cond``); ``spike``: every row equal to
+    sqrt(trace) e_1 (rank one); ``zero``: every row 0. The spike and zero matrices are extreme points of
+    {S PSD, tr S <= trace}, where a constant estimator c I has its worst case.
+    """
+    flat = sphere_rows(n, d, trace, cond, rng)
+    spike = np.zeros((d, d))
+    spike[0, 0] = trace
+    return {"flat": flat.T @ flat / n, "spike": spike, "zero": np.zeros((d, d))}
+
+
+def best_constant_error(Ss, p: float, cs=None) -> float:
+    """min over c of max over the matrices S in ``Ss`` (m, d, d) of ||c I - S||_p: the best constant estimator c I.
+
+    c runs over the grid ``cs`` (default 401 points on [0, 1]). For a unitarily invariant norm and a rotation-closed
+    convex set of inputs the best constant is a multiple of I, so this is the trivial estimator's worst-case error.
+    """
+    Ss = _check_sym(Ss, "Ss")
+    Ss = Ss.reshape(-1, Ss.shape[-1], Ss.shape[-1])
+    if len(Ss) == 0:
+        raise ValueError("Ss must hold at least one matrix")
+    p = _check_p(p)
+    cs = np.linspace(0.0, 1.0, 401) if cs is None else np.asarray(cs, dtype=np.float64)
+    eye = np.eye(Ss.shape[-1])
+    worst = np.max([schatten(c * eye - Ss, p) for c in cs], axis=1)
+    return float(worst.min())
+
+
+def worst_case_errors(families, Z_unit, Z_frob, lap_unit, eps: float, n: int, ps,
+                      trace_frac: float = 0.25) -> dict[str, np.ndarray]:
+    """Mean Schatten-p error of each release, worst over the data sets ``families`` (dict name -> S): method -> (len(ps),).
+
+    Methods: the three of :func:`releases`; ``psd`` (the K-norm release projected onto the PSD cone only, no trace
+    bound); ``frobenius`` (S + frobenius_scale * Z_frob, Z_frob unit Frobenius-ball draws); ``zero`` (output 0);
+    ``const`` (the best c I for these data sets, :func:`best_constant_error`).
+    """
+    out = {m: np.zeros(len(ps)) for m in ("knorm", "pp", "pp_adaptive", "psd", "frobenius", "zero")}
+    for S in families.values():
+        rel = releases(S, Z_unit, lap_unit, eps, n, trace_frac)
+        rel["psd"] = psd_trace_projection(rel["knorm"], np.inf)
+        rel["frobenius"] = S + frobenius_scale(eps, n) * _check_sym(Z_frob, "Z_frob")
+        rel["zero"] = np.zeros_like(S)[None]
+        for m, R in rel.items():
+            out[m] = np.maximum(out[m], [schatten(R - S, p).mean() for p in ps])
+    stack = np.stack(list(families.values()))
+    out["const"] = np.array([best_constant_error(stack, p) for p in ps])
+    return out
+
+
+def threshold_n(ns, err, base) -> float:
+    """Smallest n at which ``err`` (one value per n in increasing ``ns``) drops below ``base`` (scalar or per n).
+
+    Linear interpolation of log(err / base) in log n between the last grid point above and the first below;
+    ``ns[0]`` if err < base already there, ``inf`` if it never drops below on the grid.
+    """
+    ns, err = np.asarray(ns, dtype=np.float64), np.asarray(err, dtype=np.float64)
+    if ns.shape != err.shape:
+        raise ValueError(f"ns and err must have the same shape, got {ns.shape}, {err.shape}")
+    r = np.log(err / np.broadcast_to(np.asarray(base, dtype=np.float64), err.shape))
+    if ns.ndim != 1 or len(ns) == 0 or r.shape != ns.shape or np.any(np.diff(ns) <= 0) or np.any(ns <= 0):
+        raise ValueError(f"ns must be increasing positive and match err, got {ns.shape}, {err.shape}")
+    below = np.nonzero(r < 0)[0]
+    if len(below) == 0:
+        return float("inf")
+    k = below[0]
+    if k == 0:
+        return float(ns[0])
+    x0, x1 = np.log(ns[k - 1]), np.log(ns[k])
+    return float(np.exp(x0 + r[k - 1] / (r[k - 1] - r[k]) * (x1 - x0)))
+
+
 def loglog_slope(x, y) -> float:
     """Least-squares slope of log y against log x (the rate exponent read off a log-log plot)."""
     x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
@@ -481,11 +565,23 @@ def _registry():
         X = rng.normal(size=(3, 4, 4))
         return {"M": X + X.transpose(0, 2, 1), "t": 1.5}
 
+    def const_inputs(rng, size):
+        X = rng.normal(size=(size, 4, 4))
+        return {"Ss": np.einsum("kij,klj->kil", X, X) / 16, "p": 2.0}
+
+    def threshold_inputs(rng, size):
+        ns = np.cumsum(rng.uniform(1.0, 2.0, size=size)) + 1.0
+        return {"ns": ns, "err": 10.0 / ns, "base": 1.0}
+
     return [Kernel("knorm.schatten", schatten, schatten_ref, inputs, Contract(empty="value",
                    shapes="M: (..., d, d) symmetric"), tol={"float64": (1e-10, 1e-12)}, oracle="numpy.linalg.svd"),
             Kernel("knorm.psd_trace_projection", psd_trace_projection, psd_trace_projection_ref, proj_inputs,
                    Contract(empty="value", shapes="M: (..., d, d) symmetric; t >= 0"),
-                   tol={"float64": (1e-9, 1e-11)}, oracle="cvxpy projection")]
+                   tol={"float64": (1e-9, 1e-11)}, oracle="cvxpy projection"),
+            Kernel("knorm.best_constant_error", best_constant_error, None, const_inputs,
+                   Contract(empty="error", shapes="Ss: (m, d, d) symmetric"), oracle="closed forms; scipy minimize_scalar"),
+            Kernel("knorm.threshold_n", threshold_n, None, threshold_inputs,
+                   Contract(empty="error", shapes="ns, err: (k,) with ns increasing"), oracle="power laws (exact)")]
 
 
 KERNELS = _registry()

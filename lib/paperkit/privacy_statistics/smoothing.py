@@ -8,6 +8,10 @@ probability ``1 - alpha``), and if ``p_A_lower > 1/2`` the prediction is certifi
 
 * :func:`certify`: batched over inputs (one forward pass of ``chunk * (n0 + n)`` rows at a time).
 * :func:`certify_ref`: the plain per-input reference of the same signature (one forward pass per input).
+* :func:`smooth_adv_attack` / :func:`smooth_adv_attack_ref`: an L2 attack on the *smoothed* classifier
+  (SmoothAdv, Salman et al. 2019), batched and per input: projected gradient ascent on
+  ``-log mean_j softmax(f(x + delta + eps_j))[c]`` over ``||delta||_2 <= radius``, to look for inputs whose
+  smoothed prediction a perturbation flips.
 
 Both draw the noise of input ``i`` as ``randn(n0 + n, d)`` from ``generator`` in input order, so with the same
 generator state they see the same noise and return the same counts (up to float round-off in the matmuls).
@@ -155,6 +159,76 @@ def certify_ref(model, x: torch.Tensor, sigma: float, n0: int, n: int, alpha: fl
     return _finish(counts0, counts, n, sigma, alpha, n_forward)
 
 
+def _check_attack(model, x, cls, sigma, radius, steps, m) -> None:
+    if not isinstance(x, torch.Tensor) or x.ndim != 2:
+        raise ValueError(f"x must be a 2-D tensor (m, d), got {getattr(x, 'shape', type(x))}")
+    if not isinstance(cls, torch.Tensor) or cls.shape != (x.shape[0],) or cls.dtype != torch.int64:
+        raise ValueError(f"cls must be an int64 tensor of shape ({x.shape[0]},), got {getattr(cls, 'shape', cls)}")
+    if not torch.isfinite(x).all():
+        raise ValueError("x contains NaN or inf")
+    if not (isinstance(sigma, (int, float)) and np.isfinite(sigma) and sigma > 0):
+        raise ValueError(f"sigma must be a finite number > 0, got {sigma!r}")
+    if not (isinstance(radius, (int, float)) and np.isfinite(radius) and radius >= 0):
+        raise ValueError(f"radius must be a finite number >= 0, got {radius!r}")
+    for name, v in (("steps", steps), ("m", m)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+    if not callable(model):
+        raise ValueError("model must be callable on a (rows, d) tensor")
+
+
+def _pgd(model, x, cls, eps, sigma, radius):
+    """Projected gradient ascent of the SmoothAdv loss; ``eps`` (b, steps, m, d) is the noise of every step."""
+    steps = eps.shape[1]
+    delta = torch.zeros_like(x)
+    with torch.enable_grad():
+        return _pgd_steps(model, x, cls, eps, sigma, radius, steps, delta)
+
+
+def _pgd_steps(model, x, cls, eps, sigma, radius, steps, delta):
+    for k in range(steps):
+        delta.requires_grad_(True)
+        noisy = (x + delta)[:, None, :] + sigma * eps[:, k]                      # (b, m, d)
+        p = model(noisy.reshape(-1, x.shape[1])).softmax(dim=1).reshape(x.shape[0], eps.shape[2], -1).mean(dim=1)
+        loss = -torch.log(p.gather(1, cls[:, None]).clamp_min(1e-30)).sum()
+        (grad,) = torch.autograd.grad(loss, delta)
+        # normalised L2 step of 2.5 radius / steps (Madry et al.'s rule), then back onto the ball
+        step = grad / grad.norm(dim=1, keepdim=True).clamp_min(1e-30)
+        delta = delta.detach() + (2.5 * radius / steps) * step
+        norm = delta.norm(dim=1, keepdim=True)
+        delta = delta * torch.clamp(radius / norm.clamp_min(1e-30), max=1.0)
+    return (x + delta).detach()
+
+
+def smooth_adv_attack(model, x: torch.Tensor, cls: torch.Tensor, sigma: float, radius: float, steps: int, m: int,
+                      generator: torch.Generator) -> torch.Tensor:
+    """SmoothAdv L2 attack on the smoothed classifier, batched over inputs.
+
+    ``x`` (b, d) inputs, ``cls`` (b,) int64 the class to move away from (``c``), ``sigma`` the smoothing noise,
+    ``radius`` the L2 budget, ``steps`` gradient steps with ``m`` noise draws each. Returns ``x + delta`` (b, d)
+    with ``||delta||_2 <= radius`` (no clipping to a pixel box: the certificate covers the whole ball). Input
+    ``i``'s noise is ``randn(steps * m, d)`` from ``generator`` in input order, as in :func:`smooth_adv_attack_ref`.
+    Costs ``b * steps * m`` forward and backward passes.
+    """
+    _check_attack(model, x, cls, sigma, radius, steps, m)
+    chunk = max(1, _MAX_ROWS // (steps * m))
+    out = []
+    for start in range(0, x.shape[0], chunk):
+        xs = x[start:start + chunk]
+        eps = torch.stack([_noise(generator, steps * m, x) for _ in range(xs.shape[0])])
+        out.append(_pgd(model, xs, cls[start:start + chunk], eps.view(xs.shape[0], steps, m, -1), sigma, radius))
+    return torch.cat(out) if out else x.clone()
+
+
+def smooth_adv_attack_ref(model, x: torch.Tensor, cls: torch.Tensor, sigma: float, radius: float, steps: int,
+                          m: int, generator: torch.Generator) -> torch.Tensor:
+    """Plain reference of :func:`smooth_adv_attack`: one input at a time, the same noise draws."""
+    _check_attack(model, x, cls, sigma, radius, steps, m)
+    rows = [_pgd(model, x[i:i + 1], cls[i:i + 1], _noise(generator, steps * m, x).view(1, steps, m, -1), sigma,
+                 radius) for i in range(x.shape[0])]
+    return torch.cat(rows) if rows else x.clone()
+
+
 # ----------------------------------------------------------------------------------------------------- registry
 
 def _registry():
@@ -168,9 +242,19 @@ def _registry():
         return {"model": net, "x": torch.from_numpy(rng.normal(size=(2, 3))), "sigma": 0.5, "n0": 4, "n": 20,
                 "alpha": 0.01, "num_classes": 2, "generator": torch.Generator().manual_seed(int(rng.integers(99)))}
 
+    def attack_inputs(rng, size):
+        args = inputs(rng, size)
+        x = torch.from_numpy(rng.normal(size=(size, 3)))
+        return {"model": args["model"], "x": x, "cls": torch.from_numpy(rng.integers(0, 2, size)),
+                "sigma": 0.5, "radius": 0.3, "steps": 3, "m": 4, "generator": args["generator"]}
+
     return [Kernel("smoothing.certify", certify, certify_ref, inputs, Contract(empty="value",
                    shapes="x: (m, d); model maps (rows, d) to (rows, num_classes) logits"),
-                   tol={"float64": (1e-12, 1e-12)}, oracle="Cohen et al.'s CERTIFY, statsmodels' beta interval")]
+                   tol={"float64": (1e-12, 1e-12)}, oracle="Cohen et al.'s CERTIFY, statsmodels' beta interval"),
+            Kernel("smoothing.smooth_adv_attack", smooth_adv_attack, smooth_adv_attack_ref, attack_inputs,
+                   Contract(empty="value", shapes="x: (b, d); cls: (b,) int64; returns (b, d)"),
+                   tol={"float64": (1e-12, 1e-12)},
+                   oracle="closed-form optimal L2 attack on a linear classifier (step against the normal)")]
 
 
 KERNELS = _registry()

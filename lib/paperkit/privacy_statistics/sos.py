@@ -208,6 +208,30 @@ def theta_grad(prog: SOSProgram, grad: np.ndarray) -> np.ndarray:
     return np.array([grad[prog.index[e]] for e in chain_theta_index(prog.n)])
 
 
+def split_bound(theta: np.ndarray, solver: str = "CLARABEL") -> float:
+    """The decomposition bound sum_k min f_k for :func:`chain_poly`, with f cut into clique pieces by a fixed split.
+
+    f_k(x_i, x_{i+1}) = w_i (x_i^2 - 1)^2 + w_{i+1} (x_{i+1}^2 - 1)^2 + theta_i x_i x_{i+1} + 1/2 x_i^2 x_{i+1}^2, with
+    w_j = 1 / (number of cliques holding x_j), so sum_k f_k = f; each min f_k is an exact two-variable SOS bound.
+    A valid lower bound on min f, but the split of the shared terms is fixed instead of optimised (the clique-sparse
+    SOS program chooses it through the overlapping coefficients): the naive sparse alternative.
+    """
+    theta = np.asarray(theta, dtype=float)
+    if theta.ndim != 1 or theta.size < 1:
+        raise ValueError(f"theta must be 1-D with at least one entry, got shape {theta.shape}")
+    n = theta.size + 1
+    w = np.full(n, 0.5); w[0] = w[-1] = 1.0
+    if n == 2:
+        w[:] = 1.0
+    prog = build(2, [[0, 1]])
+    total = 0.0
+    for i in range(n - 1):
+        a, b = w[i], w[i + 1]
+        f = {(4, 0): a, (2, 0): -2 * a, (0, 4): b, (0, 2): -2 * b, (0, 0): a + b, (1, 1): theta[i], (2, 2): 0.5}
+        total += solve(prog, f, solver)[0]
+    return float(total)
+
+
 # ----------------------------------------------------------------------------------------------------- registry
 
 def _registry():

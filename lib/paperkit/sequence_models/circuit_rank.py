@@ -10,6 +10,10 @@ Three enumerable objects:
   split is at most k. ``pc_joint_table_ref`` is the same circuit evaluated state by state.
 - ``mixture_head`` / ``softmax_head``: next-token matrices P[c, v] for a probability-space head
   (P = Pi Phi, rows of Pi and Phi on simplices, K components) and a logit-space head (P = softmax(H W)).
+- ``circle_logit_head(sigma, beta)``: a rank-2 logit head for the permutation task "context c -> token sigma(c)":
+  logits beta cos(theta_c - theta_{sigma^-1(v)}), theta_c = 2 pi c / V.
+- ``fit_mixture_em(targets, V, K, rng)``: the best K-component probability-space head found by EM for the task
+  "context c -> token targets[c]" (maximum likelihood of P = Pi Phi).
 """
 from __future__ import annotations
 
@@ -161,6 +165,43 @@ def softmax_head(H: np.ndarray, W: np.ndarray) -> np.ndarray:
     Z = Z - Z.max(axis=1, keepdims=True)
     E = np.exp(Z)
     return E / E.sum(axis=1, keepdims=True)
+
+
+def circle_logit_head(sigma, beta: float) -> np.ndarray:
+    """Next-token matrix (V, V) of the rank-2 logit head H W, H[c] = beta (cos theta_c, sin theta_c),
+    W[:, v] = (cos theta_u, sin theta_u) with u = sigma^-1(v): row c peaks at token sigma(c), and the logit margin
+    over its neighbours is beta (1 - cos(2 pi / V)), so sharpness needs beta of order V^2."""
+    sigma = np.asarray(sigma)
+    V = sigma.size
+    if V < 2 or sorted(sigma.tolist()) != list(range(V)):
+        raise ValueError(f"sigma must be a permutation of 0..V-1 with V >= 2, got {sigma}")
+    if not (np.isfinite(beta) and beta > 0):
+        raise ValueError(f"beta must be a positive finite number, got {beta}")
+    theta = 2 * np.pi * np.arange(V) / V
+    inv = np.argsort(sigma)
+    H = beta * np.stack([np.cos(theta), np.sin(theta)], 1)
+    W = np.stack([np.cos(theta[inv]), np.sin(theta[inv])], 0)
+    return softmax_head(H, W)
+
+
+def fit_mixture_em(targets, V: int, K: int, rng: np.random.Generator, iters: int = 300):
+    """EM for a K-component probability-space head P = Pi Phi on the task "context c -> token targets[c]":
+    maximises sum_c log P[c, targets[c]]; returns (Pi (C, K), Phi (K, V)). E-step r[c, k] ~ Pi[c, k] Phi[k, y_c];
+    M-step Pi[c] = r[c], Phi[k, v] ~ sum_{c: y_c = v} r[c, k]."""
+    y = np.asarray(targets)
+    if y.ndim != 1 or y.size == 0 or y.min() < 0 or y.max() >= V:
+        raise ValueError(f"targets must be a non-empty 1-d array of tokens in [0, {V}), got {targets}")
+    if K < 1 or iters < 1:
+        raise ValueError(f"K and iters must be >= 1, got K={K}, iters={iters}")
+    Pi, Phi = rng.dirichlet(np.ones(K), y.size), rng.dirichlet(np.ones(V), K)
+    onehot = np.eye(V)[y]
+    for _ in range(iters):
+        r = Pi * Phi[:, y].T
+        r /= r.sum(1, keepdims=True)
+        Pi = r
+        Phi = r.T @ onehot + 1e-300
+        Phi /= Phi.sum(1, keepdims=True)
+    return Pi, Phi
 
 
 # ----------------------------------------------------------------------------------------------------- registry

@@ -1,7 +1,7 @@
 """A KV-cache index for halfspace range search: every key k with q.k >= tau, and never one missed.
 
-Sparse attention as a range query (Louver, seed 003 line 8): the keys that matter for a query q are those in the
-halfspace {k : q.k >= tau}. The abstract names the problem and the guarantee (zero false negatives) but not the
+Sparse attention as a range query (Louver, seed file 003, abstract 7, line 15): the keys that matter for a query q
+are those in the halfspace {k : q.k >= tau}. The abstract names the problem and the guarantee (zero false negatives) but not the
 structure, so this index is OUR reading, not Louver's:
 
 * build: k-means splits the n keys into clusters; a key farther than ``outlier_factor`` times its cluster's median

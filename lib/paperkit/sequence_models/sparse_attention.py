@@ -16,7 +16,9 @@ Budget baselines, each picking at most ``budget`` keys for every decoding step:
 * Quest (Tang et al.): pages of consecutive keys with a per-page min/max box; the pages with the largest box
   bound sum_j max(q_j lo_j, q_j hi_j) are attended (:func:`quest_ids`). Quest keeps every key, it only reads some.
 
-:func:`synthetic_kv_stream` makes the miniature's decoding workload (see its docstring).
+:func:`synthetic_kv_stream` makes the miniature's decoding workload (see its docstring); :func:`seed_metrics` runs
+one workload of the chapter's seed loop (index, Quest, StreamingLLM, H2O at the index's budget), and
+:func:`matched_quest_budget` gives Quest the budget at which it touches as much of the cache as the index.
 """
 from __future__ import annotations
 
@@ -183,7 +185,7 @@ def synthetic_kv_stream(n_prompt: int, d: int, steps: int, rng: np.random.Genera
                         n_critical: int = 16, focus: float = 22.0, spread: float = 0.25,
                         critical_logit: float = 25.0, critical_pull: float = 10.0, active_steps: int = 8,
                         segment: int = 64, topic_steps: int = 25, n_warmup: int = 64, drift_step: float = 0.01,
-                        dtype=np.float32) -> KVStream:
+                        warmup_reads: float = 0.0, dtype=np.float32) -> KVStream:
     """A clustered prompt cache, then a decoding run on new topics with critical keys that turn relevant late.
 
     Keys: topic centres mu_c have norm sqrt(d) and live in the first d - d/4 coordinates; the prompt is a
@@ -198,7 +200,12 @@ def synthetic_kv_stream(n_prompt: int, d: int, steps: int, rng: np.random.Genera
     critical_pull * c / sqrt(d) (= ``critical_logit`` at the default pull) for an active critical key, about
     focus * cos(topic, other topic), i.e. spread around 0 with standard deviation about focus / sqrt(3d/4), for
     keys of other topics, and about 0 for a critical key nobody asks for.
-    ``warmup_Q`` are prompt-time queries (topics of the prompt, no critical key) for H2O's prefill.
+    ``warmup_Q`` are prompt-time queries (topics of the prompt) for H2O's prefill. With ``warmup_reads`` = 0 they
+    never ask for a critical key, so accumulated attention has no reason to keep one; with ``warmup_reads`` > 0,
+    warm-up query i also gets warmup_reads * u_j for every critical key j with i mod n_critical = j mod n_warmup
+    (each critical key is read by at least one prompt-time query; at 16 keys and 64 queries, by four). The reads
+    are deterministic: the generator draws exactly the same numbers, so K, V, Q and the critical schedule do not
+    depend on ``warmup_reads``.
     """
     sizes = {"n_prompt": n_prompt, "d": d, "steps": steps, "n_topics": n_topics, "segment": segment,
              "topic_steps": topic_steps, "active_steps": active_steps, "n_warmup": n_warmup}
@@ -207,6 +214,8 @@ def synthetic_kv_stream(n_prompt: int, d: int, steps: int, rng: np.random.Genera
             raise ValueError(f"{name} must be >= 1, got {v}")
     if not 0 <= n_critical <= n_prompt // 2:
         raise ValueError(f"n_critical must be in [0, n_prompt // 2], got {n_critical}")
+    if not (np.isfinite(warmup_reads) and warmup_reads >= 0):
+        raise ValueError(f"warmup_reads must be a finite number >= 0, got {warmup_reads}")
     n_fresh = steps // topic_steps + 1
     # topics use the first d - d // 4 coordinates, critical keys the last d // 4: an old critical key says
     # nothing about any topic, so nothing but the decoder's later need for it can make it relevant again
@@ -231,6 +240,9 @@ def synthetic_kv_stream(n_prompt: int, d: int, steps: int, rng: np.random.Genera
         return focus * (mu[t_topic] / np.sqrt(d) + drift)
 
     warmup_Q = queries(np.repeat(rng.integers(n_topics, size=8), -(-n_warmup // 8))[:n_warmup])
+    if warmup_reads > 0 and n_critical > 0:
+        i, j = np.arange(n_warmup)[:, None], np.arange(n_critical)[None, :]
+        warmup_Q = warmup_Q + warmup_reads * (i % n_critical == j % n_warmup).astype(np.float64) @ u
     q_topic = n_topics + np.arange(steps) // topic_steps
     on = np.zeros((steps, n_critical), bool)
     t0 = rng.integers(0, max(1, steps - active_steps), size=n_critical)
@@ -318,12 +330,13 @@ def decode_with_budget(stream: KVStream, method: str, budget: int, dense: DenseP
                        page: int = 16) -> dict[str, np.ndarray]:
     """Decode ``stream`` with a budget baseline (``BUDGET_METHODS``) keeping ``budget`` keys per step.
     Per step: ``err`` ||out - out_dense||; ``recall`` share of the keys with q.k >= tau that were attended;
-    ``dropped`` active critical keys not attended; ``touched`` keys read (Quest also reads its page boxes)."""
+    ``missed`` the number of those keys not attended (false negatives); ``dropped`` active critical keys not
+    attended; ``touched`` keys read (Quest also reads its page boxes)."""
     if method not in BUDGET_METHODS:
         raise ValueError(f"method must be one of {BUDGET_METHODS}, got {method!r}")
     n, steps = stream.n_prompt, len(stream.Q)
     K, V = stream.K, stream.V
-    rec = {k: np.zeros(steps) for k in ("err", "recall", "dropped", "touched")}
+    rec = {k: np.zeros(steps) for k in ("err", "recall", "missed", "dropped", "touched")}
     if method == "H2O":
         cache = H2OCache(budget, budget // 2)
         cache.prefill(h2o_prefill_scores(stream.warmup_Q, K[:n]))
@@ -346,9 +359,54 @@ def decode_with_budget(stream: KVStream, method: str, budget: int, dense: DenseP
         truth = dense.above[t]
         rec["err"][t] = np.linalg.norm(out - dense.out[t])
         rec["recall"][t] = np.isin(truth, ids).mean() if truth.size else 1.0
+        rec["missed"][t] = (~np.isin(truth, ids)).sum()
         rec["dropped"][t] = (~np.isin(stream.critical[stream.critical_on[t]], ids)).sum()
         rec["touched"][t] = ids.size + (len(lo) if method == "Quest" else 0)
     return rec
+
+
+def matched_quest_budget(index_touched: float, cache_mean: float, page: int = 16) -> int:
+    """The Quest key budget (a multiple of ``page``, at least one page) whose keys plus page boxes per step
+    (cache_mean / page boxes) come closest to, without exceeding, ``index_touched`` reads per step (the index's
+    keys scanned plus cluster bounds). At least one page even when the boxes alone exceed it."""
+    if page < 1 or index_touched < 0 or cache_mean < 1:
+        raise ValueError(f"need page >= 1, index_touched >= 0, cache_mean >= 1; got {page}, {index_touched}, "
+                         f"{cache_mean}")
+    return int(page * max(1, np.floor((index_touched - np.ceil(cache_mean / page)) / page)))
+
+
+def seed_metrics(n: int, d: int, steps: int, tau: float, rng: np.random.Generator, n_clusters: int,
+                 n_critical: int = 16, warmup_reads: float = 10.0, page: int = 16) -> dict[str, float]:
+    """One seed of the chapter's comparison at a fresh :func:`synthetic_kv_stream` (stream and k-means drawn
+    from ``rng``): the index decodes it; every baseline gets the index's budget (keys scanned per step, on
+    average, at least 32). Returns the index's ``false_neg`` (keys missed plus keys returned in excess against
+    brute force, summed), its worst step error ``err_index`` and its share of the cache ``touched`` (keys scanned
+    + cluster bounds, mean over steps); the ``budget``; the worst errors ``err_streaming`` and ``err_h2o`` of
+    StreamingLLM and H2O at that budget; Quest's ``quest_missed`` keys above tau (summed) and worst error
+    ``err_quest`` at that budget, and its worst error ``err_quest_matched`` at :func:`matched_quest_budget`; the
+    worst error ``err_h2o_read`` of H2O when the prompt-time queries read the critical keys (``warmup_reads``;
+    same K, V, Q)."""
+    stream_seed = int(rng.integers(2**62))
+    stream = synthetic_kv_stream(n, d, steps, np.random.default_rng(stream_seed), n_critical=n_critical)
+    read = synthetic_kv_stream(n, d, steps, np.random.default_rng(stream_seed), n_critical=n_critical,
+                               warmup_reads=warmup_reads)
+    dense = dense_pass(stream, tau)
+    run = decode_with_index(stream, tau, hsi.build_index(stream.K[:n], n_clusters, rng), dense,
+                            compare_bounds=False)
+    cache = n + np.arange(1, steps + 1)
+    touched = float(np.mean((run["scanned"] + run["clusters"]) / cache))
+    budget = max(32, int(np.ceil(run["scanned"].mean())))
+    quest = decode_with_budget(stream, "Quest", budget, dense, page)
+    matched = matched_quest_budget(float(np.mean(run["scanned"] + run["clusters"])), float(cache.mean()), page)
+    quest_m = decode_with_budget(stream, "Quest", matched, dense, page)
+    h2o_read = decode_with_budget(read, "H2O", budget, dense, page)
+    streaming = decode_with_budget(stream, "StreamingLLM", budget, dense, page)
+    h2o = decode_with_budget(stream, "H2O", budget, dense, page)
+    return {"false_neg": float(run["false_neg"].sum() + run["extra"].sum()), "err_index": float(run["err"].max()),
+            "err_streaming": float(streaming["err"].max()), "err_h2o": float(h2o["err"].max()),
+            "touched": touched, "budget": float(budget), "quest_missed": float(quest["missed"].sum()),
+            "err_quest": float(quest["err"].max()), "err_quest_matched": float(quest_m["err"].max()),
+            "err_h2o_read": float(h2o_read["err"].max())}
 
 
 def index_speed(n: int, d: int, rng: np.random.Generator, n_clusters: int, tau_logit: float = 12.0,
