@@ -401,14 +401,21 @@ def registry_page() -> str:
                          f"{', '.join('`' + t + '`' for t in r.get('tests', [])) or 'none'} | {chapters} | "
                          f"{bench_txt} |")
     if b is not None:
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        from run_benchmarks import by_kernel
         lines += ["", "## Kernel speed", "",
-                  "Each kernel's speed as a ratio to its baseline (baseline time over kernel time, median of "
-                  "interleaved repeats in one run; above 1 means the kernel is faster), from `make bench`"
+                  "Each kernel's speed as ratios (baseline time over kernel time, median of interleaved repeats in "
+                  "one run; above 1 means the kernel is faster) against up to three baselines: its own reference "
+                  "(or an in-house alternative), the maintained library a user would otherwise call, and this "
+                  "machine's limit for the same work measured in the same run (`benchmarks/roofline.py`: 1 = at "
+                  "the limit, 0.5 = within 2x of it), from `make bench`"
                   + (" in quick mode (small sizes)" if b["quick"] else "")
                   + ("" if b["lib_hash"] == lib_hash() else " (measured on an older version of the library)")
-                  + ".", "", "| kernel | baseline | ratio | shape | work |", "| --- | --- | --- | --- | --- |"]
-        lines += [f"| `{r['kernel']}` | {r['baseline']} | {r['ratio']:.2f} | {r['shape']} | {r['work']} |"
-                  for r in b["rows"]]
+                  + ".", "", "| kernel | shape | vs own reference | vs library | vs machine limit | work |",
+                  "| --- | --- | --- | --- | --- | --- |"]
+        cell = lambda xs: "; ".join(f"{x:.2f}x ({name})" for name, x in xs) or "none"  # noqa: E731
+        lines += [f"| `{e['kernel']}` | {e['shape']} | {cell(e['reference'])} | {cell(e['library'])} | "
+                  f"{cell(e['limit'])} | {e['work']} |" for e in by_kernel(b["rows"])]
     return "\n".join(lines) + "\n"
 
 

@@ -26,7 +26,7 @@ def run(quick: bool) -> list[dict]:
             work = f"scanned fraction {r['scanned']:.4f}"
             rows.append({"kernel": "halfspace_index.query + subset_attention",
                          "baseline": "torch scaled_dot_product_attention (dense, float32)",
-                         "ratio": r["ratio_dense"], "shape": shape, "work": work})
+                         "ratio": r["ratio_dense"], "shape": shape, "work": work, "vs": "library"})
             rows.append({"kernel": "halfspace_index.query + subset_attention",
                          "baseline": "halfspace_index.query_ref (brute force) + subset_attention",
                          "ratio": r["ratio_brute"], "shape": shape, "work": work})

@@ -126,3 +126,20 @@ def test_in_any_ball_bad_input(fn):
         fn(x, np.zeros(4), np.ones(4))
     with pytest.raises(ValueError, match="same number of columns"):
         fn(np.zeros((4, 3)), x, np.ones(4))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("exclude_self", [False, True])
+def test_knn_blas_path_is_the_direct_scan_exactly(dtype, exclude_self):
+    """For d >= 8 the BLAS block path returns the direct scan's squared distances and indices bit for bit, ties on
+    an integer grid (many equal distances) and duplicated points included, across several query blocks."""
+    from paperkit.geometry import knn
+    rng = np.random.default_rng(3)
+    for n, d in ((700, 8), (300, 16)):
+        x = rng.integers(-2, 3, size=(n, d)).astype(dtype)
+        x[n // 2:n // 2 + 20] = x[:20]  # exact duplicates
+        sq, idx = knn.knn_sq_distances(x, x, 6, exclude_self=exclude_self)
+        sq0, idx0 = np.empty_like(sq), np.empty_like(idx)
+        knn._knn_kernel(x, x, 6, exclude_self, sq0, idx0)
+        np.testing.assert_array_equal(sq, sq0)
+        np.testing.assert_array_equal(idx, idx0)

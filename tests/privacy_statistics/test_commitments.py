@@ -239,3 +239,17 @@ def test_vlm_layout_ties_each_biased_bit_to_its_uniform_bits_and_witness():
     assert sum(slots[r.beta].weight for r in rels) == 0  # G1 - G2
     assert all(slots[l].flipped for r in rels for l in r.u) and not any(slots[l].flipped for r in rels for l in r.d)
     assert cm.noise_layout(cm.MechanismSpec("indep-vbm", 3, n_bits=4))[2] == 6
+
+
+def test_a_dealer_committing_all_ones_is_accepted_and_the_coins_make_its_bits_fair(G):
+    rng, beacon = np.random.default_rng(21), np.random.default_rng(22)
+    batch = cm.submit_clients(G, np.array([1, 0]), 2, b"dealer-ones", rng)
+    spec = cm.MechanismSpec("sn-vbm", 2, n_bits=16)
+    run = cm.run_counting(G, spec, batch, rng, beacon, dealer_bit=1)
+    committed, flipped = cm.fair_bits(G, run)
+    assert committed.tolist() == [1] * 16
+    assert flipped.tolist() == [1 - c for c in run.transcript.coins]  # bit XOR coin, the coins being fair
+    v = cm.verify(G, spec, run.transcript, run.record, rng)
+    assert v.ok and v.count == run.count + run.noise == run.count + int(flipped.sum()) - 8
+    with pytest.raises(ValueError, match="dealer_bit"):
+        cm.run_counting(G, spec, batch, rng, beacon, dealer_bit=2)

@@ -115,20 +115,23 @@ def _knn_kernel(query, ref, k, exclude_self, out_sq, out_idx):
 
 
 @njit(cache=True)
-def _knn_select_kernel(query, ref, approx, row0, nq, k, exclude_self, slack, out_sq, out_idx, cand):
-    """Rows row0 .. row0 + nq of :func:`_knn_kernel`'s result from ``approx`` (nq, m) = BLAS-computed squared
-    distances ||q||^2 + ||r||^2 - 2 q.r, each within ``slack[i] / 2`` of the exact one. Pass 1 finds the k-th
-    smallest approximate value tau; every true k-nearest row (ties included) has approx <= tau + slack[i], so pass 2
-    recomputes exactly (as :func:`_knn_kernel` does, same tie rule) only those candidates."""
+def _knn_select_kernel(query, ref, dots, nq2, nr2, row0, nq, k, exclude_self, slack, out_sq, out_idx, cand):
+    """Rows row0 .. row0 + nq of :func:`_knn_kernel`'s result from ``dots`` (nq, m) = BLAS-computed q.r: the
+    approximate squared distances approx = (-2 q.r + ||q||^2) + ||r||^2 (``nq2``, ``nr2``), formed here in
+    registers rather than by three NumPy passes over the block, are each within ``slack[i] / 2`` of the exact one.
+    Pass 1 finds the k-th smallest approximate value tau; every true k-nearest row (ties included) has approx <=
+    tau + slack[i], so pass 2 recomputes exactly (as :func:`_knn_kernel` does, same tie rule) only those
+    candidates."""
     m, d = ref.shape[0], ref.shape[1]
     best = np.empty(k)
     for r in range(nq):
         i = row0 + r
+        qi = nq2[i]
         filled = 0
         for j in range(m):
             if exclude_self and j == i:
                 continue
-            s = approx[r, j]
+            s = (dots[r, j] * -2.0 + qi) + nr2[j]
             if filled < k or s < best[k - 1]:
                 pos = filled if filled < k else k - 1
                 while pos > 0 and best[pos - 1] > s:
@@ -140,7 +143,7 @@ def _knn_select_kernel(query, ref, approx, row0, nq, k, exclude_self, slack, out
         tau = best[k - 1] + slack[r]
         nc = 0
         for j in range(m):
-            if approx[r, j] <= tau and not (exclude_self and j == i):
+            if (dots[r, j] * -2.0 + qi) + nr2[j] <= tau and not (exclude_self and j == i):
                 cand[nc] = j
                 nc += 1
         best_sq = out_sq[i]
@@ -166,12 +169,13 @@ def _knn_select_kernel(query, ref, approx, row0, nq, k, exclude_self, slack, out
 
 # The BLAS path pays off once a distance costs more than a few flops; below this d the direct scan is as fast.
 _GEMM_MIN_D = 8
-_GEMM_BLOCK_ELEMS = 1 << 18  # approx block (rows x m) of float64: 2 MiB, cache-resident
+_GEMM_BLOCK_ELEMS = 1 << 18  # dot-product block (rows x m) of float64: 2 MiB, cache-resident
 
 
 def _knn_gemm(query, ref, k, exclude_self, sq, idx) -> None:
     """:func:`_knn_kernel`'s exact result through BLAS: per block of query rows, approximate squared distances by
-    one float64 matmul, then :func:`_knn_select_kernel` (exact recomputation of the few candidates)."""
+    one float64 matmul of dot products, then :func:`_knn_select_kernel` (exact recomputation of the few
+    candidates)."""
     q64, r64 = query.astype(np.float64, copy=False), ref.astype(np.float64, copy=False)
     nq2, nr2 = np.einsum("ij,ij->i", q64, q64), np.einsum("ij,ij->i", r64, r64)
     d = query.shape[1]
@@ -185,12 +189,8 @@ def _knn_gemm(query, ref, k, exclude_self, sq, idx) -> None:
     nr2_max = float(nr2.max())
     for s in range(0, n, rows):
         e = min(n, s + rows)
-        approx = q64[s:e] @ r64.T
-        approx *= -2.0
-        approx += nq2[s:e, None]
-        approx += nr2[None, :]
         slack = coef * (nq2[s:e] + nr2_max)
-        _knn_select_kernel(query, ref, approx, s, e - s, k, exclude_self, slack, sq, idx, cand)
+        _knn_select_kernel(query, ref, q64[s:e] @ r64.T, nq2, nr2, s, e - s, k, exclude_self, slack, sq, idx, cand)
 
 
 def knn_distances(query, ref, k: int, exclude_self: bool = False) -> tuple[np.ndarray, np.ndarray]:

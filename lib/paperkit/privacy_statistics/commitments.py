@@ -423,9 +423,17 @@ def coin_digest(rows: list[list[int]]) -> bytes:
     return hashlib.sha256(b"paperkit coins|" + b"".join(_enc(c) for row in rows for c in row)).digest()
 
 
+def fair_bits(G: Group, run: Run) -> tuple[np.ndarray, np.ndarray]:
+    """The committed fair-bit slots of a run, read from its openings: (dealer's bits, bits after the public coins)."""
+    slots, _, _ = noise_layout(run.spec)
+    idx = [l for l, s in enumerate(slots) if s.flipped]
+    committed = np.array([_value(run.openings.noise[l], G.q) for l in idx])
+    return committed, committed ^ np.array([run.transcript.coins[l] for l in idx])
+
+
 @dataclass
 class Run:
-    """One honest execution: the public transcript, the provers' openings, the verifier's record of the coins it
+    """One execution: the public transcript, the provers' openings, the verifier's record of the coins it
     issued, the true count and the true noise."""
 
     spec: MechanismSpec
@@ -482,9 +490,10 @@ def _product(G: Group, elems) -> int:
 
 
 def _preprocess(G: Group, spec: MechanismSpec, session: bytes, rng: np.random.Generator,
-                beacon: np.random.Generator):
+                beacon: np.random.Generator, dealer_bit: int | None = None):
     """Commit to the noise bits (dealer, or each prover for indep-vbm), draw the public coins, and for sn-vlm
-    derive the biased bits and range witnesses from the flipped bits. Returns the public and private parts."""
+    derive the biased bits and range witnesses from the flipped bits. Returns the public and private parts.
+    ``dealer_bit`` in {0, 1}: a dishonest dealer that commits that value to every fair-bit slot."""
     slots, rels, _ = noise_layout(spec)
     m, k = len(slots), spec.k
     coms, proofs, opens = [None] * m, [None] * m, [None] * m
@@ -498,7 +507,8 @@ def _preprocess(G: Group, spec: MechanismSpec, session: bytes, rng: np.random.Ge
 
     phase1 = [l for l, s in enumerate(slots) if s.flipped]
     for l in phase1:  # fair bits, committed before the coins exist
-        put(l, int(rng.integers(0, 2)), slots[l].owner if spec.kind == "indep-vbm" else None)
+        put(l, int(rng.integers(0, 2)) if dealer_bit is None else dealer_bit,
+            slots[l].owner if spec.kind == "indep-vbm" else None)
     digest = coin_digest([coms[l] for l in phase1])  # the verifier's record of what it answers
     coins = [0] * m
     for l, c in zip(phase1, beacon.integers(0, 2, size=len(phase1)).tolist()):
@@ -544,12 +554,16 @@ def prover_output(G: Group, spec: MechanismSpec, coins: list[int], openings: Ope
 
 
 def run_counting(G: Group, spec: MechanismSpec, batch: ClientBatch, rng: np.random.Generator,
-                 beacon: np.random.Generator) -> Run:
-    """One honest execution of ``spec`` on the clients' submissions: noise, coins (drawn from ``beacon``, the
-    verifier's source), the provers' outputs. ``rng`` is the dealer's and provers' randomness."""
+                 beacon: np.random.Generator, dealer_bit: int | None = None) -> Run:
+    """One execution of ``spec`` on the clients' submissions: noise, coins (drawn from ``beacon``, the
+    verifier's source), the provers' outputs. ``rng`` is the dealer's and provers' randomness. ``dealer_bit``
+    (0 or 1): the dealer commits that value to every fair bit instead of a random one (a valid but dishonest
+    choice that the public coins must neutralise); ``None``, the honest dealer."""
     if any(len(row) != spec.k for row in batch.commitments):
         raise ValueError(f"batch was shared among {len(batch.commitments[0])} provers, spec has k={spec.k}")
-    coms, proofs, opens, record, rel_rand, vals = _preprocess(G, spec, batch.session, rng, beacon)
+    if dealer_bit not in (None, 0, 1):
+        raise ValueError(f"dealer_bit must be None, 0 or 1, got {dealer_bit!r}")
+    coms, proofs, opens, record, rel_rand, vals = _preprocess(G, spec, batch.session, rng, beacon, dealer_bit)
     openings = Openings(batch.openings, opens)
     coins = list(record.coins)
     outputs = [prover_output(G, spec, coins, openings, j) for j in range(spec.k)]
