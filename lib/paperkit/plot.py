@@ -46,3 +46,22 @@ def panels(ncols: int = 1, nrows: int = 1, width: float = 3.4, height: float = 3
     fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols * shrink, height * nrows * shrink),
                              squeeze=False, constrained_layout=True, **kw)
     return fig, list(axes.ravel())
+
+
+def table(header, rows):
+    """An HTML table (IPython ``HTML``, class ``book-table``) of ``rows`` (each a sequence of ``len(header)`` cells,
+    shown with ``str``, HTML-escaped) under ``header``. Markdown pipe tables in a cell's output do not render
+    (myst-nb passes outputs through a renderer without tables), so a chapter's tables of results use this."""
+    import html
+
+    from IPython.display import HTML
+
+    header = [str(h) for h in header]
+    body = []
+    for i, row in enumerate(rows):
+        row = list(row)
+        if len(row) != len(header):
+            raise ValueError(f"table: row {i} has {len(row)} cells, the header has {len(header)}")
+        body.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>")
+    head = "<tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>"
+    return HTML(f'<table class="book-table"><thead>{head}</thead><tbody>{"".join(body)}</tbody></table>')

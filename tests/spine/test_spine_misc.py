@@ -29,3 +29,14 @@ def test_lib_hash_is_stable_and_root_found():
     assert provenance.lib_hash() == provenance.lib_hash() and len(provenance.lib_hash()) == 16
     assert (provenance.repo_root() / "_toc.yml").exists()
     assert provenance.package_versions()["numpy"] == np.__version__
+
+
+def test_plot_table_renders_escaped_html_rows_and_refuses_ragged_rows():
+    import pytest
+
+    from paperkit import plot
+    out = plot.table(["a", "b<c"], [[1, "x&y"], [2.5, None]]).data
+    assert out.count("<tr>") == 3 and "<th>b&lt;c</th>" in out and "<td>x&amp;y</td>" in out
+    assert "|" not in out
+    with pytest.raises(ValueError, match="row 1 has 1 cells"):
+        plot.table(["a", "b"], [[1, 2], [3]])
