@@ -87,31 +87,42 @@ def _check_knn(query, ref, k, exclude_self) -> tuple[np.ndarray, np.ndarray, int
     return query, ref, int(k)
 
 
+@njit(cache=True, inline="always")
+def _sq_dist(query, i, ref, j):
+    """Exact squared distance ||query[i] - ref[j]||^2, accumulated in the order every kernel here uses."""
+    s = 0.0
+    for c in range(query.shape[1]):
+        t = query[i, c] - ref[j, c]
+        s += t * t
+    return s
+
+
+@njit(cache=True, inline="always")
+def _insert(best_sq, best_idx, filled, k, s, j):
+    """Insert (s, j) into the sorted buffers of the k best so far (``filled`` of them); return the new count.
+    Strict '<' keeps the earlier index on ties, like a stable argsort."""
+    if filled < k or s < best_sq[k - 1]:
+        pos = filled if filled < k else k - 1
+        while pos > 0 and best_sq[pos - 1] > s:
+            best_sq[pos] = best_sq[pos - 1]
+            best_idx[pos] = best_idx[pos - 1]
+            pos -= 1
+        best_sq[pos] = s
+        best_idx[pos] = j
+        if filled < k:
+            filled += 1
+    return filled
+
+
 @njit(cache=True)
 def _knn_kernel(query, ref, k, exclude_self, out_sq, out_idx):
-    n, m, d = query.shape[0], ref.shape[0], query.shape[1]
+    n, m = query.shape[0], ref.shape[0]
     for i in range(n):
-        best_sq = out_sq[i]
-        best_idx = out_idx[i]
         filled = 0
         for j in range(m):
             if exclude_self and j == i:
                 continue
-            s = 0.0
-            for c in range(d):
-                t = query[i, c] - ref[j, c]
-                s += t * t
-            # strict '<' keeps the earlier index on ties, like a stable argsort
-            if filled < k or s < best_sq[k - 1]:
-                pos = filled if filled < k else k - 1
-                while pos > 0 and best_sq[pos - 1] > s:
-                    best_sq[pos] = best_sq[pos - 1]
-                    best_idx[pos] = best_idx[pos - 1]
-                    pos -= 1
-                best_sq[pos] = s
-                best_idx[pos] = j
-                if filled < k:
-                    filled += 1
+            filled = _insert(out_sq[i], out_idx[i], filled, k, _sq_dist(query, i, ref, j), j)
 
 
 @njit(cache=True)
@@ -122,8 +133,8 @@ def _knn_select_kernel(query, ref, dots, nq2, nr2, row0, nq, k, exclude_self, sl
     Pass 1 finds the k-th smallest approximate value tau; every true k-nearest row (ties included) has approx <=
     tau + slack[i], so pass 2 recomputes exactly (as :func:`_knn_kernel` does, same tie rule) only those
     candidates."""
-    m, d = ref.shape[0], ref.shape[1]
-    best = np.empty(k)
+    m = ref.shape[0]
+    best, best_j = np.empty(k), np.empty(k, dtype=np.int64)
     for r in range(nq):
         i = row0 + r
         qi = nq2[i]
@@ -131,40 +142,17 @@ def _knn_select_kernel(query, ref, dots, nq2, nr2, row0, nq, k, exclude_self, sl
         for j in range(m):
             if exclude_self and j == i:
                 continue
-            s = (dots[r, j] * -2.0 + qi) + nr2[j]
-            if filled < k or s < best[k - 1]:
-                pos = filled if filled < k else k - 1
-                while pos > 0 and best[pos - 1] > s:
-                    best[pos] = best[pos - 1]
-                    pos -= 1
-                best[pos] = s
-                if filled < k:
-                    filled += 1
+            filled = _insert(best, best_j, filled, k, (dots[r, j] * -2.0 + qi) + nr2[j], j)
         tau = best[k - 1] + slack[r]
         nc = 0
         for j in range(m):
             if (dots[r, j] * -2.0 + qi) + nr2[j] <= tau and not (exclude_self and j == i):
                 cand[nc] = j
                 nc += 1
-        best_sq = out_sq[i]
-        best_idx = out_idx[i]
         filled = 0
         for q in range(nc):
             j = cand[q]
-            s = 0.0
-            for c in range(d):
-                t = query[i, c] - ref[j, c]
-                s += t * t
-            if filled < k or s < best_sq[k - 1]:
-                pos = filled if filled < k else k - 1
-                while pos > 0 and best_sq[pos - 1] > s:
-                    best_sq[pos] = best_sq[pos - 1]
-                    best_idx[pos] = best_idx[pos - 1]
-                    pos -= 1
-                best_sq[pos] = s
-                best_idx[pos] = j
-                if filled < k:
-                    filled += 1
+            filled = _insert(out_sq[i], out_idx[i], filled, k, _sq_dist(query, i, ref, j), j)
 
 
 # The BLAS path pays off once a distance costs more than a few flops; below this d the direct scan is as fast.
@@ -254,15 +242,11 @@ def _check_balls(query, centers, radii, squared: bool = False) -> tuple[np.ndarr
 
 @njit(cache=True)
 def _ball_kernel(query, centers, radii_sq, out):
-    n, m, d = query.shape[0], centers.shape[0], query.shape[1]
+    n, m = query.shape[0], centers.shape[0]
     for i in range(n):
         hit = False
         for j in range(m):
-            s = 0.0
-            for c in range(d):
-                t = query[i, c] - centers[j, c]
-                s += t * t
-            if s <= radii_sq[j]:
+            if _sq_dist(query, i, centers, j) <= radii_sq[j]:
                 hit = True
                 break
         out[i] = hit
