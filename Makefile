@@ -18,12 +18,14 @@ book: $(STAMP)
 	$(PY) benchmarks/run_benchmarks.py --quick
 	$(PY) tools/build_site.py
 
-## make test: unit and house-rule tests, every chapter with its claims, the book build, offline and browser checks
+## make test: unit and house-rule tests, every chapter with its claims, quick benchmarks (the registry page shows
+## them), the book build, offline and browser checks
 ## (chapters one at a time: their CPU-second budgets are measured without a co-runner, which on two hyperthreads
 ## of one core inflates a chapter's CPU time by about a quarter)
 test: $(STAMP) browser-deps
 	$(PY) -m pytest -m "not book" -n 2 -p no:cacheprovider tests
 	$(PY) tools/run_book.py --jobs 1 --force
+	$(PY) benchmarks/run_benchmarks.py --quick
 	$(PY) tools/build_site.py
 	$(PY) -m pytest -m book -p no:cacheprovider tests
 
