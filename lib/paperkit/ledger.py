@@ -7,14 +7,16 @@ chapter's claim table and provenance line. ``<results>`` is ``$PAPERKIT_RESULTS`
 In strict mode (parameter ``strict``, default ``True``) a claim whose verdict is not the declared one, or a broken
 construction check, raises :class:`~paperkit.claims.ClaimFailed` at once (so papermill, nbmake and the book build
 fail) after writing ``<slug>.failed.json`` beside the good record; the good record is never replaced by a failed run.
-With ``strict=False`` the verdict is recorded, flagged on the page, and the run goes on; the record is then written
-as ``<slug>.explore.json`` (never over the book's record) unless every verdict came out as declared.
+With ``strict=False`` the verdict is recorded, flagged on the page, and the run goes on. The book's record
+``<slug>.json`` is written only by a run at the chapter's defaults (the literals of its ``parameters`` cell; ``strict``
+aside) whose every verdict came out as declared; any other run writes ``<slug>.explore.json``, never over the book's.
 
 The claim table is HTML (myst-nb renders Markdown output with a renderer that has no tables): the paper's claims in
 one group, construction checks in another, each row with the anchor ``claim-<id>`` for links.
 """
 from __future__ import annotations
 
+import ast
 import html
 import json
 import os
@@ -53,6 +55,29 @@ def _jsonable(x: Any) -> Any:
     if hasattr(x, "__dict__"):
         return vars(x)
     raise TypeError(f"cannot store {type(x).__name__} in a ledger record")
+
+
+def notebook_defaults(part: str, slug: str) -> dict[str, Any] | None:
+    """The literal assignments of the ``parameters`` cell of ``notebooks/<part>/<slug>.ipynb``, or ``None`` when the
+    notebook is not in this book (a fixture, a copy run elsewhere) or has no such cell."""
+    nb = provenance.repo_root() / "notebooks" / part / f"{slug}.ipynb"
+    if not nb.exists():
+        return None
+    for cell in json.loads(nb.read_text())["cells"]:
+        if cell["cell_type"] == "code" and "parameters" in cell.get("metadata", {}).get("tags", []):
+            tree = ast.parse("".join(cell["source"]))
+            return {t.id: ast.literal_eval(node.value) for node in tree.body if isinstance(node, ast.Assign)
+                    for t in node.targets if isinstance(t, ast.Name)}
+    return None
+
+
+def at_defaults(params: dict[str, Any], defaults: dict[str, Any] | None) -> bool:
+    """Whether a run's parameters equal the notebook's defaults (``strict`` aside; the book's ``threads`` defaults to
+    1 when the cell does not set it). Unknown defaults (``None``) count as defaults."""
+    if defaults is None:
+        return True
+    full = {"threads": 1, **defaults}
+    return all(params.get(k) == v for k, v in full.items() if k != "strict")
 
 
 def cpu_seconds() -> float:
@@ -156,13 +181,15 @@ class Ledger:
     def finish(self):
         """Write the record and return the chapter's claim table and provenance line as HTML for display.
 
-        The book's record ``<slug>.json`` is written only when every verdict came out as declared; a non-strict
-        run with surprises writes ``<slug>.explore.json`` instead.
+        The book's record ``<slug>.json`` is written only by a run at the notebook's defaults whose every verdict
+        came out as declared; a run at other parameters, or a non-strict run with surprises, writes
+        ``<slug>.explore.json`` instead.
         """
         if not any(c.kind != OUT_OF_REACH for c in self.claims):
             raise ClaimFailed(f"{self.slug}: no claims were checked")
         rec = self.record()
-        name = f"{self.slug}.json" if not rec["unexpected"] else f"{self.slug}.explore.json"
+        book = not rec["unexpected"] and at_defaults(self.params, notebook_defaults(self.part, self.slug))
+        name = f"{self.slug}.json" if book else f"{self.slug}.explore.json"
         write_json_atomic(results_dir() / name, rec)
         from IPython.display import HTML
 

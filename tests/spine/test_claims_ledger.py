@@ -160,3 +160,23 @@ def test_notes_accept_numpy_arrays_and_scalars(results_dir):
     led.finish()
     rec = json.loads((results_dir / "demo.json").read_text())
     assert rec["notes"] == {"curve": [0.0, 1.0, 2.0], "value": 0.5}
+
+
+def test_a_run_away_from_the_notebook_defaults_never_writes_the_book_record(results_dir, tmp_path, monkeypatch):
+    book = tmp_path / "book"
+    (book / "notebooks" / "part").mkdir(parents=True)
+    (book / "_toc.yml").write_text("format: jb-book\n")
+    cell = {"cell_type": "code", "metadata": {"tags": ["parameters"]}, "source": ["seed = 0\n", "n = 3  # size\n"]}
+    (book / "notebooks" / "part" / "demo.ipynb").write_text(json.dumps({"cells": [cell]}))
+    monkeypatch.chdir(book)
+    monkeypatch.setattr("paperkit.provenance.repo_root", lambda: book)
+    spec = {"seed": params.Int(min=0, help="seed"), "n": params.Int(min=1, help="size")}
+    for values, name in [({"seed": 0, "n": 3}, "demo.json"), ({"seed": 0, "n": 4}, "demo.explore.json"),
+                         ({"seed": 0, "n": 3, "threads": 2}, "demo.explore.json"),
+                         ({"seed": 0, "n": 3, "strict": False}, "demo.json")]:
+        for f in results_dir.glob("*.json"):
+            f.unlink()
+        led = Ledger("demo", "Demo", "part", params.parse(values, spec))
+        led.claim("C1", "ok", kind="theorem", measured=2, op=">", threshold=1, source="theorem: t")
+        led.finish()
+        assert sorted(f.name for f in results_dir.glob("*.json")) == [name], values
