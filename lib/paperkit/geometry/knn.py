@@ -100,18 +100,17 @@ def _sq_dist(query, i, ref, j):
 @njit(cache=True, inline="always")
 def _insert(best_sq, best_idx, filled, k, s, j):
     """Insert (s, j) into the sorted buffers of the k best so far (``filled`` of them); return the new count.
-    Strict '<' keeps the earlier index on ties, like a stable argsort."""
-    if filled < k or s < best_sq[k - 1]:
-        pos = filled if filled < k else k - 1
-        while pos > 0 and best_sq[pos - 1] > s:
-            best_sq[pos] = best_sq[pos - 1]
-            best_idx[pos] = best_idx[pos - 1]
-            pos -= 1
-        best_sq[pos] = s
-        best_idx[pos] = j
-        if filled < k:
-            filled += 1
-    return filled
+    Strict '<' keeps the earlier index on ties, like a stable argsort. Callers first test ``filled < k or
+    s < best_sq[k - 1]`` themselves: a call per candidate pair costs about 20x that test (Numba reference-counts
+    the array arguments of every call), and the test rejects almost every pair."""
+    pos = filled if filled < k else k - 1
+    while pos > 0 and best_sq[pos - 1] > s:
+        best_sq[pos] = best_sq[pos - 1]
+        best_idx[pos] = best_idx[pos - 1]
+        pos -= 1
+    best_sq[pos] = s
+    best_idx[pos] = j
+    return filled + 1 if filled < k else filled
 
 
 @njit(cache=True)
@@ -122,7 +121,9 @@ def _knn_kernel(query, ref, k, exclude_self, out_sq, out_idx):
         for j in range(m):
             if exclude_self and j == i:
                 continue
-            filled = _insert(out_sq[i], out_idx[i], filled, k, _sq_dist(query, i, ref, j), j)
+            s = _sq_dist(query, i, ref, j)
+            if filled < k or s < out_sq[i, k - 1]:
+                filled = _insert(out_sq[i], out_idx[i], filled, k, s, j)
 
 
 @njit(cache=True)
@@ -130,11 +131,13 @@ def _knn_select_kernel(query, ref, dots, nq2, nr2, row0, nq, k, exclude_self, sl
     """Rows row0 .. row0 + nq of :func:`_knn_kernel`'s result from ``dots`` (nq, m) = BLAS-computed q.r: the
     approximate squared distances approx = (-2 q.r + ||q||^2) + ||r||^2 (``nq2``, ``nr2``), formed here in
     registers rather than by three NumPy passes over the block, are each within ``slack[i] / 2`` of the exact one.
-    Pass 1 finds the k-th smallest approximate value tau; every true k-nearest row (ties included) has approx <=
-    tau + slack[i], so pass 2 recomputes exactly (as :func:`_knn_kernel` does, same tie rule) only those
-    candidates."""
+    Pass 1 keeps the ``k + _SPARE`` smallest approximate values; with tau the k-th of them, every true k-nearest row
+    (ties included) has approx <= tau + slack[i]. When the last kept value already exceeds that bound, the
+    candidates are among the kept rows; otherwise (near-ties wider than the spare) pass 2 scans the row again.
+    Candidates, in ascending index order, are recomputed exactly as :func:`_knn_kernel` does (same tie rule)."""
     m = ref.shape[0]
-    best, best_j = np.empty(k), np.empty(k, dtype=np.int64)
+    kk = k + _SPARE
+    best, best_j = np.empty(kk), np.empty(kk, dtype=np.int64)
     for r in range(nq):
         i = row0 + r
         qi = nq2[i]
@@ -142,22 +145,34 @@ def _knn_select_kernel(query, ref, dots, nq2, nr2, row0, nq, k, exclude_self, sl
         for j in range(m):
             if exclude_self and j == i:
                 continue
-            filled = _insert(best, best_j, filled, k, (dots[r, j] * -2.0 + qi) + nr2[j], j)
+            s = (dots[r, j] * -2.0 + qi) + nr2[j]
+            if filled < kk or s < best[kk - 1]:
+                filled = _insert(best, best_j, filled, kk, s, j)
         tau = best[k - 1] + slack[r]
         nc = 0
-        for j in range(m):
-            if (dots[r, j] * -2.0 + qi) + nr2[j] <= tau and not (exclude_self and j == i):
-                cand[nc] = j
-                nc += 1
+        if filled < kk or best[kk - 1] > tau:
+            for q in range(filled):
+                if best[q] <= tau:
+                    cand[nc] = best_j[q]
+                    nc += 1
+            cand[:nc].sort()
+        else:
+            for j in range(m):
+                if (dots[r, j] * -2.0 + qi) + nr2[j] <= tau and not (exclude_self and j == i):
+                    cand[nc] = j
+                    nc += 1
         filled = 0
         for q in range(nc):
             j = cand[q]
-            filled = _insert(out_sq[i], out_idx[i], filled, k, _sq_dist(query, i, ref, j), j)
+            s = _sq_dist(query, i, ref, j)
+            if filled < k or s < out_sq[i, k - 1]:
+                filled = _insert(out_sq[i], out_idx[i], filled, k, s, j)
 
 
 # The BLAS path pays off once a distance costs more than a few flops; below this d the direct scan is as fast.
 _GEMM_MIN_D = 8
 _GEMM_BLOCK_ELEMS = 1 << 18  # dot-product block (rows x m) of float64: 2 MiB, cache-resident
+_SPARE = 4  # extra approximate neighbours kept in pass 1, so that a second scan of the row is rarely needed
 
 
 def _knn_gemm(query, ref, k, exclude_self, sq, idx) -> None:
