@@ -1,9 +1,10 @@
 """MoE selective SSMs: the parameter-mixed design (one scan) against the separated design (E scans), both on the
-Numba scan, and each Torch design against its per-timestep reference loop."""
+Numba scan, each Torch design against its per-timestep reference loop, and one training step (forward and
+backward) of the parameter-mixed design on the fused scan (compiled reverse scan) against the chunked Torch scan."""
 import torch
 
 from paperkit.sequence_models import moe_ssm
-from paperkit.nn.selective_scan import selective_scan_torch
+from paperkit.nn.selective_scan import selective_scan_fused, selective_scan_torch
 from paperkit.timing import speed_ratio
 
 
@@ -23,7 +24,16 @@ def run(quick: bool) -> list[dict]:
                               lambda: moe_ssm.moe_param_ssm_ref(*args), repeats=reps)
         r_sep = speed_ratio(lambda: moe_ssm.moe_separated_ssm(*args, scan=tt),
                             lambda: moe_ssm.moe_separated_ssm_ref(*args), repeats=reps)
+    leaves = [a.clone().requires_grad_(True) for a in args]
+
+    def step(scan):
+        return lambda: moe_ssm.moe_param_ssm(*leaves, scan=scan).square().sum().backward()
+
+    r_train = speed_ratio(step(selective_scan_fused), step(tt), repeats=reps)
     return [
+        {"kernel": "moe_param_ssm forward+backward (selective_scan_fused)",
+         "baseline": "moe_param_ssm forward+backward (selective_scan_torch)", "ratio": r_train.ratio, "shape": shape,
+         "work": f"{updates:.3g} state updates"},
         {"kernel": "moe_param_ssm (Numba scan, 1 scan)", "baseline": "moe_separated_ssm (Numba scan, E scans)",
          "ratio": r_design.ratio, "shape": shape,
          "work": f"{updates:.3g} vs {E * updates:.3g} state updates (counted)"},

@@ -7,11 +7,11 @@ import pytest
 import torch
 
 from paperkit.sequence_models import moe_ssm as m
-from paperkit.nn.selective_scan import ScanCounter, selective_scan_ref, selective_scan_torch
+from paperkit.nn.selective_scan import ScanCounter, selective_scan_fused, selective_scan_ref, selective_scan_torch
 
 TOL = {torch.float64: dict(rtol=1e-9, atol=1e-10), torch.float32: dict(rtol=2e-4, atol=2e-5)}
 SCANS = {"ref": selective_scan_ref, "torch": lambda *a: selective_scan_torch(*a, chunk=8),
-         "numba": m.scan_numba_torch}
+         "numba": m.scan_numba_torch, "fused": selective_scan_fused}
 DESIGNS = [(m.moe_param_ssm, m.moe_param_ssm_ref), (m.moe_separated_ssm, m.moe_separated_ssm_ref)]
 
 
@@ -34,13 +34,14 @@ def test_designs_match_their_references(dtype, shape, per_expert_A, seed):
             torch.testing.assert_close(fast(*args, D, scan=scan), y_ref, **TOL[dtype], msg=f"{fast.__name__} {name}")
 
 
+@pytest.mark.parametrize("scan", ["torch", "fused"])
 @pytest.mark.parametrize("per_expert_A", [False, True])
-def test_param_design_gradients_match_the_reference(per_expert_A):
+def test_param_design_gradients_match_the_reference(per_expert_A, scan):
     args, D = inputs(2, 3, 3, 29, 4, torch.float64, 5, delta_spread=0.5, shared_C=False, per_expert_A=per_expert_A)
     leaves = [t.clone().requires_grad_(True) for t in (*args, D)]
     leaves_ref = [t.clone().requires_grad_(True) for t in (*args, D)]
     wt = torch.randn(args[0].shape, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
-    (m.moe_param_ssm(*leaves, scan=SCANS["torch"]) * wt).sum().backward()
+    (m.moe_param_ssm(*leaves, scan=SCANS[scan]) * wt).sum().backward()
     (m.moe_param_ssm_ref(*leaves_ref) * wt).sum().backward()
     for a, r in zip(leaves, leaves_ref):
         torch.testing.assert_close(a.grad, r.grad, rtol=1e-8, atol=1e-10)
@@ -204,3 +205,16 @@ def test_forward_time_ratios_shape_and_errors():
         m.forward_time_ratios(models, "z", 2, 8, g)
     with pytest.raises(ValueError):
         m.forward_time_ratios(models, "a", 0, 8, g)
+
+
+def test_training_scan_is_the_fused_scan_on_cpu_and_trains_like_the_chunked_scan():
+    """The default training scan on the CPU, against the chunked Torch scan: same losses up to float32 rounding."""
+    assert m._training_scan(torch.zeros(1)) is selective_scan_fused
+    rng = np.random.default_rng(0)
+    x, y, _ = m.regime_filter_task(rng, 64, 32)
+    x, y = torch.from_numpy(x), torch.from_numpy(y)
+    curves = []
+    for scan in (selective_scan_fused, lambda *a: selective_scan_torch(*a, chunk=16)):
+        net = m.MoESSM(8, 6, 8, 4, 3, "param", torch.Generator().manual_seed(1))
+        curves.append(m.train_model(net, x, y, 15, 8, 0.03, torch.Generator().manual_seed(2), scan=scan))
+    np.testing.assert_allclose(curves[0], curves[1], rtol=1e-3)

@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from sklearn.metrics import mutual_info_score
 from torch import nn
 
-from paperkit.nn.selective_scan import ScanCounter, selective_scan_numba, selective_scan_torch
+from paperkit.nn.selective_scan import ScanCounter, selective_scan_fused, selective_scan_numba, selective_scan_torch
 from paperkit.timing import speed_ratio
 
 DESIGNS = ("dense", "param", "separated")
@@ -358,13 +358,20 @@ def matched_dense_width(d_in: int, d_out: int, d_model: int, d_state: int, n_exp
     return min(range(1, 64 * d_model), key=lambda D: abs(flops_per_token(d_in, d_out, D, d_state, 1, "dense") - target))
 
 
-def train_model(model: MoESSM, x, y, steps: int, batch: int, lr: float, gen: torch.Generator, chunk: int = 64):
+def _training_scan(x):
+    """The differentiable scan for data on ``x``'s device: :func:`selective_scan_fused` (compiled forward and reverse
+    scan) on the CPU, the chunked :func:`selective_scan_torch` elsewhere."""
+    return selective_scan_fused if x.device.type == "cpu" else selective_scan_torch
+
+
+def train_model(model: MoESSM, x, y, steps: int, batch: int, lr: float, gen: torch.Generator,
+                scan=None):
     """Adam (one-cycle schedule peaking at ``lr``, gradient norm clipped at 1) on the mean squared error for ``steps``
-    minibatches of ``batch`` sequences drawn with ``gen``; scans with :func:`selective_scan_torch` in chunks of
-    ``chunk``. Returns the loss per step (numpy)."""
+    minibatches of ``batch`` sequences drawn with ``gen``; scans with ``scan`` (default :func:`_training_scan`).
+    Returns the loss per step (numpy)."""
+    scan = scan or _training_scan(x)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.1)
-    scan = lambda *a: selective_scan_torch(*a, chunk=chunk)  # noqa: E731
     losses = np.empty(steps)
     for i in range(steps):
         idx = torch.randint(0, x.shape[0], (batch,), generator=gen)
@@ -380,11 +387,13 @@ def train_model(model: MoESSM, x, y, steps: int, batch: int, lr: float, gen: tor
 
 
 @torch.no_grad()
-def evaluate(model: MoESSM, x, y, batch: int = 256):
-    """Test MSE and, for routed designs, the router weights (n, E, L) (None for dense)."""
+def evaluate(model: MoESSM, x, y, batch: int = 256, scan=None):
+    """Test MSE and, for routed designs, the router weights (n, E, L) (None for dense); ``scan`` as in
+    :func:`train_model`."""
+    scan = scan or _training_scan(x)
     sq, ws = 0.0, []
     for s in range(0, x.shape[0], batch):
-        out, w = model(x[s:s + batch], return_router=True)
+        out, w = model(x[s:s + batch], scan=scan, return_router=True)
         sq += F.mse_loss(out, y[s:s + batch], reduction="sum").item()
         ws.append(w)
     return sq / y.numel(), (None if ws[0] is None else torch.cat(ws))
