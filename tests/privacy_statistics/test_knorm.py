@@ -282,3 +282,21 @@ def test_worst_case_errors_without_noise():
     np.testing.assert_allclose(W["zero"], [0.7, 0.7, 0.7], rtol=1e-12)  # the spike has ||S||_p = tr S
     want = [K.best_constant_error(np.stack(list(fam.values())), p) for p in (1, 2, np.inf)]
     np.testing.assert_allclose(W["const"], want, rtol=1e-12)
+
+
+def test_shrinkage_oracle_errors_match_worst_case_errors_at_the_ends():
+    # lambda = 1 is PP, lambda = 0 the zero output, and the oracle with bound 1 is PP again
+    rng = np.random.default_rng(3)
+    d, n, ps = 5, 30, [1, 2, np.inf]
+    fam = K.data_families(d, n, 0.4, 10.0, rng)
+    Z = K.sample_knorm_nuclear(d, 40, rng, n_steps=300)
+    lap = rng.laplace(size=40)
+    W = K.worst_case_errors(fam, Z, K.sample_knorm_frobenius(d, 40, rng), lap, 1.0, n, ps)
+    B = K.shrinkage_oracle_errors(fam, Z, 1.0, n, ps, 1.0, [0.0, 0.5, 1.0])
+    np.testing.assert_allclose(B["shrink"][-1], W["pp"], rtol=1e-12)
+    np.testing.assert_allclose(B["shrink"][0], W["zero"], rtol=1e-12)
+    np.testing.assert_allclose(B["oracle"], W["pp"], rtol=1e-12)
+    tight = K.shrinkage_oracle_errors(fam, Z, 1.0, n, ps, 0.4, [1.0])["oracle"]
+    assert tight[1] <= W["pp"][1] + 1e-12  # Frobenius: projecting onto a smaller convex set holding S cannot hurt
+    with pytest.raises(ValueError, match="lambdas"):
+        K.shrinkage_oracle_errors(fam, Z, 1.0, n, ps, 0.4, [])

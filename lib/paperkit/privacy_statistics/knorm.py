@@ -459,6 +459,32 @@ def worst_case_errors(families, Z_unit, Z_frob, lap_unit, eps: float, n: int, ps
     return out
 
 
+def shrinkage_oracle_errors(families, Z_unit, eps: float, n: int, ps, trace_bound: float,
+                            lambdas) -> dict[str, np.ndarray]:
+    """Worst-case (over ``families``) mean Schatten-p errors of two trace baselines for the PP release.
+
+    * ``shrink`` (len(lambdas), len(ps)): lambda * PP, PP = S + (2/(eps n)) Z projected onto {PSD, tr <= 1}; a
+      non-adaptive estimator for each lambda in [0, 1] (lambda = 0 is the zero output, lambda = 1 is PP itself).
+    * ``oracle`` (len(ps),): the same release projected onto {PSD, tr <= trace_bound}, i.e. PP told the class's
+      trace bound (not private in the bound; a yardstick, not a mechanism).
+    """
+    Z_unit = _check_sym(Z_unit, "Z_unit")
+    eps, n = _check_pos(eps, "eps"), _check_int(n, "n", 1)
+    trace_bound = _check_pos(trace_bound, "trace_bound")
+    lambdas = np.asarray(lambdas, dtype=np.float64)
+    if lambdas.ndim != 1 or len(lambdas) == 0 or np.any(lambdas < 0):
+        raise ValueError(f"lambdas must be a non-empty 1-D array of values >= 0, got {lambdas!r}")
+    shrink, oracle = np.zeros((len(lambdas), len(ps))), np.zeros(len(ps))
+    for S in families.values():
+        S = _check_sym(S, "families")
+        Y = S + knorm_scale(eps, n) * Z_unit
+        P = psd_trace_projection(Y, 1.0)
+        O = psd_trace_projection(Y, trace_bound)
+        oracle = np.maximum(oracle, [schatten(O - S, p).mean() for p in ps])
+        shrink = np.maximum(shrink, [[schatten(lam * P - S, p).mean() for p in ps] for lam in lambdas])
+    return {"shrink": shrink, "oracle": oracle}
+
+
 def threshold_n(ns, err, base) -> float:
     """Smallest n at which ``err`` (one value per n in increasing ``ns``) drops below ``base`` (scalar or per n).
 
