@@ -253,3 +253,18 @@ def test_a_dealer_committing_all_ones_is_accepted_and_the_coins_make_its_bits_fa
     assert v.ok and v.count == run.count + run.noise == run.count + int(flipped.sum()) - 8
     with pytest.raises(ValueError, match="dealer_bit"):
         cm.run_counting(G, spec, batch, rng, beacon, dealer_bit=2)
+
+
+def test_a_dealer_that_sees_the_coins_first_fixes_every_noise_bit_and_still_verifies(G):
+    rng, beacon = np.random.default_rng(23), np.random.default_rng(24)
+    batch = cm.submit_clients(G, np.array([1, 0]), 2, b"coins-first", rng)
+    for spec in (cm.MechanismSpec("sn-vbm", 2, n_bits=8),
+                 cm.MechanismSpec("sn-vlm", 2, thresholds=(5, 2), precision=3)):
+        run = cm.run_counting(G, spec, batch, rng, beacon, dealer_bit=1, coins_first=True)
+        committed, flipped = cm.fair_bits(G, run)
+        coins = np.array([run.transcript.coins[l] for l, s in enumerate(cm.noise_layout(spec)[0]) if s.flipped])
+        assert flipped.all() and np.array_equal(committed, 1 - coins)  # it committed 1 XOR coin
+        v = cm.verify(G, spec, run.transcript, run.record, rng)
+        assert v.ok and v.count == run.count + run.noise  # the ordering, not the verifier, is what stops it
+    with pytest.raises(ValueError, match="coins_first"):
+        cm.run_counting(G, spec, batch, rng, beacon, coins_first=True)

@@ -57,6 +57,17 @@ def test_one_honest_prover_gives_fair_slots_and_the_broken_variant_does_not(G):
     assert (jn.slot_signs(G, broken) == 1).all()
 
 
+def test_a_coalition_with_all_but_the_honest_key_share_cannot_fix_the_slots_but_one_with_every_share_can(G):
+    rng = np.random.default_rng(13)
+    part = jn.run_joint(G, np.array([0]), 3, 24, b"coalition", rng,
+                        strategies=lambda xs: [jn.honest] + [jn.make_coalition(G, xs[1:])] * 2)
+    full = jn.run_joint(G, np.array([0]), 3, 24, b"whole key", rng,
+                        strategies=lambda xs: [jn.honest] + [jn.make_coalition(G, xs)] * 2)
+    assert jn.verify_joint(G, part.transcript, 1, 3, 24).ok and jn.verify_joint(G, full.transcript, 1, 3, 24).ok
+    assert scipy.stats.binomtest(int((jn.slot_signs(G, part) == 1).sum()), 24).pvalue > 1e-3
+    assert (jn.slot_signs(G, full) == 1).all()  # the honest prover's hidden share is what keeps the slots fair
+
+
 def test_bad_input_names_the_parameter(G):
     rng = np.random.default_rng(0)
     with pytest.raises(ValueError, match="x must"):

@@ -490,10 +490,12 @@ def _product(G: Group, elems) -> int:
 
 
 def _preprocess(G: Group, spec: MechanismSpec, session: bytes, rng: np.random.Generator,
-                beacon: np.random.Generator, dealer_bit: int | None = None):
+                beacon: np.random.Generator, dealer_bit: int | None = None, coins_first: bool = False):
     """Commit to the noise bits (dealer, or each prover for indep-vbm), draw the public coins, and for sn-vlm
     derive the biased bits and range witnesses from the flipped bits. Returns the public and private parts.
-    ``dealer_bit`` in {0, 1}: a dishonest dealer that commits that value to every fair-bit slot."""
+    ``dealer_bit`` in {0, 1}: a dishonest dealer that commits that value to every fair-bit slot.
+    ``coins_first``: the broken order (coins drawn before the commitments); the dealer, who then knows each coin,
+    commits ``dealer_bit XOR coin`` so that every flipped bit equals ``dealer_bit``."""
     slots, rels, _ = noise_layout(spec)
     m, k = len(slots), spec.k
     coms, proofs, opens = [None] * m, [None] * m, [None] * m
@@ -506,12 +508,13 @@ def _preprocess(G: Group, spec: MechanismSpec, session: bytes, rng: np.random.Ge
         proofs[l] = prove_bit(G, _product(G, coms[l]), v, rands[l], _ctx(session, tag, l), rng)
 
     phase1 = [l for l, s in enumerate(slots) if s.flipped]
-    for l in phase1:  # fair bits, committed before the coins exist
-        put(l, int(rng.integers(0, 2)) if dealer_bit is None else dealer_bit,
-            slots[l].owner if spec.kind == "indep-vbm" else None)
+    early = beacon.integers(0, 2, size=len(phase1)).tolist() if coins_first else None
+    for i, l in enumerate(phase1):  # fair bits, committed before the coins exist (unless coins_first)
+        v = int(rng.integers(0, 2)) if dealer_bit is None else dealer_bit
+        put(l, v ^ early[i] if coins_first else v, slots[l].owner if spec.kind == "indep-vbm" else None)
     digest = coin_digest([coms[l] for l in phase1])  # the verifier's record of what it answers
     coins = [0] * m
-    for l, c in zip(phase1, beacon.integers(0, 2, size=len(phase1)).tolist()):
+    for l, c in zip(phase1, early if coins_first else beacon.integers(0, 2, size=len(phase1)).tolist()):
         coins[l] = c
     rel_rand = []
     for rel in rels:
@@ -554,16 +557,21 @@ def prover_output(G: Group, spec: MechanismSpec, coins: list[int], openings: Ope
 
 
 def run_counting(G: Group, spec: MechanismSpec, batch: ClientBatch, rng: np.random.Generator,
-                 beacon: np.random.Generator, dealer_bit: int | None = None) -> Run:
+                 beacon: np.random.Generator, dealer_bit: int | None = None, coins_first: bool = False) -> Run:
     """One execution of ``spec`` on the clients' submissions: noise, coins (drawn from ``beacon``, the
     verifier's source), the provers' outputs. ``rng`` is the dealer's and provers' randomness. ``dealer_bit``
     (0 or 1): the dealer commits that value to every fair bit instead of a random one (a valid but dishonest
-    choice that the public coins must neutralise); ``None``, the honest dealer."""
+    choice that the public coins must neutralise); ``None``, the honest dealer. ``coins_first=True`` (needs
+    ``dealer_bit``): the broken protocol in which the coins are issued before the commitments, so the dealer
+    commits ``dealer_bit XOR coin`` and every flipped bit ends at ``dealer_bit`` (the control of the ordering)."""
     if any(len(row) != spec.k for row in batch.commitments):
         raise ValueError(f"batch was shared among {len(batch.commitments[0])} provers, spec has k={spec.k}")
     if dealer_bit not in (None, 0, 1):
         raise ValueError(f"dealer_bit must be None, 0 or 1, got {dealer_bit!r}")
-    coms, proofs, opens, record, rel_rand, vals = _preprocess(G, spec, batch.session, rng, beacon, dealer_bit)
+    if coins_first and dealer_bit is None:
+        raise ValueError("coins_first=True needs dealer_bit (the value the dealer aims every flipped bit at)")
+    coms, proofs, opens, record, rel_rand, vals = _preprocess(G, spec, batch.session, rng, beacon, dealer_bit,
+                                                              coins_first)
     openings = Openings(batch.openings, opens)
     coins = list(record.coins)
     outputs = [prover_output(G, spec, coins, openings, j) for j in range(spec.k)]

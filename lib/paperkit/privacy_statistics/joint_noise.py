@@ -161,6 +161,22 @@ def make_adaptive(G: Group) -> Strategy:
     return adaptive
 
 
+def make_coalition(G: Group, known: list[int]) -> Strategy:
+    """A coalition of cheaters that pools the key shares ``known`` (every share but the honest prover's) and wants
+    every slot to end at ``m = +1``. It strips its part of the decryption off the slot it receives,
+    ``b / a^{sum known} = g^m y_h^r`` (``y_h`` the honest prover's key); it reads ``m`` exactly when that leaves
+    ``g^{+-1}`` (no re-randomisation, or ``known`` holds the whole key) and negates a -1; otherwise it guesses
+    ``m = -1`` when the Legendre symbol of the remainder is -1."""
+    x_known, g_inv = sum(known) % G.q, _inv(G, G.g)
+
+    def coalition(j, l, E, rng):
+        rest = G.mul(E.b, _inv(G, signed(pow(E.a, x_known, G.p), G.p)))
+        if rest in (G.g, g_inv):
+            return int(rest == g_inv)
+        return int(pow(rest, G.q, G.p) == G.p - 1)
+    return coalition
+
+
 def flip(G: Group, y: int, E: Ciphertext, s: int, r: int) -> Ciphertext:
     """Re-randomise ``E`` (``s = 0``) or ``E^{-1}`` (``s = 1``) with fresh ``r``: ``(a^+-1 g^r, b^+-1 y^r)``."""
     a, b = (E.a, E.b) if s == 0 else (_inv(G, E.a), _inv(G, E.b))
@@ -190,11 +206,13 @@ def aggregate(G: Group, tr: JointTranscript) -> Ciphertext:
 
 
 def run_joint(G: Group, x, k: int, n_bits: int, session: bytes, rng: np.random.Generator,
-              strategies: list[Strategy] | None = None, rerandomize: bool = True,
+              strategies: list[Strategy] | Callable[[list[int]], list[Strategy]] | None = None,
+              rerandomize: bool = True,
               rogue_last: bool = False) -> JointRun:
     """One execution: keys, client encryptions, k sequential flips of each of ``n_bits`` slots, joint decryption.
 
-    ``x``: (n,) client bits; ``strategies``: one per prover (default all :func:`honest`); ``rerandomize=False``
+    ``x``: (n,) client bits; ``strategies``: one per prover (default all :func:`honest`), or a function of the
+    provers' key shares returning them (for coalitions that pool their shares, :func:`make_coalition`); ``rerandomize=False``
     is the broken variant used as a control (flips without fresh randomness, so a slot's value stays readable).
     ``rogue_last=True``: the last prover publishes the rogue key ``g^{x'} / prod_{j<k} y_j`` (its proof of knowledge
     is then a forgery) and, after seeing the others' decryption shares, the share that makes the total ``a^{x'}``;
@@ -207,10 +225,10 @@ def run_joint(G: Group, x, k: int, n_bits: int, session: bytes, rng: np.random.G
         raise ValueError(f"k must be a positive integer, got {k!r}")
     if isinstance(n_bits, bool) or not isinstance(n_bits, int) or n_bits < 2 or n_bits % 2:
         raise ValueError(f"n_bits must be an even integer >= 2, got {n_bits!r}")
-    strategies = strategies or [honest] * k
+    xs = [random_scalar(G.q, rng) for _ in range(k)]
+    strategies = (strategies(list(xs)) if callable(strategies) else strategies) or [honest] * k
     if len(strategies) != k:
         raise ValueError(f"strategies must have one entry per prover (k={k}), got {len(strategies)}")
-    xs = [random_scalar(G.q, rng) for _ in range(k)]
     keys = [G.fixed_pow(G.g, v) for v in xs]
     if rogue_last:
         x_rogue = random_scalar(G.q, rng)
