@@ -89,3 +89,38 @@ def test_split_bound_is_valid_and_not_tighter(n):
         assert gs == pytest.approx(g, abs=1e-6)  # one clique: nothing to split
     with pytest.raises(ValueError, match="theta"):
         sos.split_bound(np.zeros((2, 2)))
+
+
+def test_chain_value_matches_polynomial_coefficients():
+    rng = np.random.default_rng(3)
+    th, x = rng.uniform(-1, 1, 3), rng.normal(size=4)
+    f = sos.chain_poly(th)
+    direct = sum(c * np.prod(x ** np.array(e)) for e, c in f.items())
+    assert np.isclose(sos.chain_value(x, th), direct)
+    with pytest.raises(ValueError, match="x must be"):
+        sos.chain_value(x[:3], th)
+
+
+def test_chain_local_min_is_above_the_sos_bound():
+    th = np.random.default_rng(4).uniform(-1, 1, 3)
+    g = sos.solve(sos.build(4, sos.chain_cliques(4)), sos.chain_poly(th))[0]
+    assert sos.chain_local_min(th, np.random.default_rng(0)) >= g - 1e-6
+    with pytest.raises(ValueError, match="starts"):
+        sos.chain_local_min(th, np.random.default_rng(0), starts=0)
+
+
+def test_cycle_chordal_extension_matches_dense_and_edges_are_not_tighter():
+    th = np.array([1.5, -1.2, 0.8, -1.9])
+    f = sos.cycle_poly(th)
+    gd = sos.solve(sos.build(4, [[0, 1, 2, 3]]), f)[0]
+    gc = sos.solve(sos.build(4, sos.cycle_chordal_cliques(4)), f)[0]
+    ge = sos.solve(sos.build(4, sos.cycle_edge_cliques(4)), f)[0]
+    assert abs(gc - gd) < 1e-5
+    assert ge <= gd + 1e-6
+    x = np.random.default_rng(0).normal(size=4)
+    direct = sum(c * np.prod(x ** np.array(e)) for e, c in f.items())
+    assert np.isclose(direct, sos.chain_value(x, th[:-1]) + th[-1] * x[0] * x[-1] + 0.5 * x[0] ** 2 * x[-1] ** 2)
+    with pytest.raises(ValueError, match="theta"):
+        sos.cycle_poly(np.zeros(2))
+    with pytest.raises(ValueError, match="n must"):
+        sos.cycle_edge_cliques(2)

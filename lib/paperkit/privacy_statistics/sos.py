@@ -232,6 +232,58 @@ def split_bound(theta: np.ndarray, solver: str = "CLARABEL") -> float:
     return float(total)
 
 
+def cycle_poly(theta: np.ndarray) -> dict[tuple[int, ...], float]:
+    """:func:`chain_poly` closed into a cycle: the edge {x_{n-1}, x_0} gets theta_{n-1} x_{n-1} x_0 + 1/2 x_{n-1}^2 x_0^2.
+
+    ``theta`` has shape (n,), n >= 3. The cycle graph is not chordal for n >= 4.
+    """
+    theta = np.asarray(theta, dtype=float)
+    if theta.ndim != 1 or theta.size < 3:
+        raise ValueError(f"theta must be 1-D with at least 3 entries, got shape {theta.shape}")
+    n = theta.size
+    f = chain_poly(theta[:-1])
+    e = [0] * n; e[0] = 1; e[-1] = 1; f[tuple(e)] = float(theta[-1])
+    e = [0] * n; e[0] = 2; e[-1] = 2; f[tuple(e)] = 0.5
+    return f
+
+
+def cycle_edge_cliques(n: int) -> list[list[int]]:
+    """The edges {x_i, x_{i+1}} and {x_{n-1}, x_0} of a cycle: its maximal cliques, not a chordal decomposition."""
+    if n < 3:
+        raise ValueError(f"n must be >= 3, got {n}")
+    return chain_cliques(n) + [[0, n - 1]]
+
+
+def cycle_chordal_cliques(n: int) -> list[list[int]]:
+    """Maximal cliques {x_0, x_i, x_{i+1}} of a chordal extension of the cycle (fan triangulation from x_0)."""
+    if n < 3:
+        raise ValueError(f"n must be >= 3, got {n}")
+    return [[0, i, i + 1] for i in range(1, n - 1)]
+
+
+def chain_value(x: np.ndarray, theta: np.ndarray) -> float:
+    """f_theta(x) of :func:`chain_poly` evaluated directly; ``x`` shape (n,), ``theta`` shape (n-1,)."""
+    x, theta = np.asarray(x, dtype=float), np.asarray(theta, dtype=float)
+    if x.ndim != 1 or theta.shape != (x.size - 1,):
+        raise ValueError(f"x must be 1-D of length len(theta) + 1, got x {x.shape}, theta {theta.shape}")
+    return float(np.sum((x ** 2 - 1) ** 2) + theta @ (x[:-1] * x[1:]) + 0.5 * np.sum(x[:-1] ** 2 * x[1:] ** 2))
+
+
+def chain_local_min(theta: np.ndarray, rng: np.random.Generator, starts: int = 20) -> float:
+    """Smallest value of :func:`chain_value` over ``starts`` BFGS runs from x ~ U(-1.5, 1.5)^n: an upper estimate of
+    min f_theta, so any SOS lower bound gamma satisfies gamma <= this value; equality means the relaxation is exact."""
+    from scipy.optimize import minimize
+
+    theta = np.asarray(theta, dtype=float)
+    if theta.ndim != 1 or theta.size < 1:
+        raise ValueError(f"theta must be 1-D with at least one entry, got shape {theta.shape}")
+    if starts < 1:
+        raise ValueError(f"starts must be >= 1, got {starts}")
+    n = theta.size + 1
+    return float(min(minimize(chain_value, rng.uniform(-1.5, 1.5, n), args=(theta,), method="BFGS").fun
+                     for _ in range(starts)))
+
+
 # ----------------------------------------------------------------------------------------------------- registry
 
 def _registry():
