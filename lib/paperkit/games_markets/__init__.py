@@ -1,0 +1,1 @@
+"""Kernels of the part "Games, markets and mechanisms" (``notebooks/games-markets/``)."""
