@@ -75,11 +75,13 @@ class GradReverse(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, lam):
+        """y = x; stores lam for the backward pass."""
         ctx.lam = float(lam)
         return x.view_as(x)
 
     @staticmethod
     def backward(ctx, g):
+        """dL/dx = -lam * dL/dy; lam gets no gradient."""
         return -ctx.lam * g, None
 
 
