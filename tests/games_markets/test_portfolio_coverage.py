@@ -78,3 +78,16 @@ def test_bad_input_names_parameter():
         pc.greedy_max_coverage(C.astype(int), np.ones(3), 1)
     with pytest.raises(ValueError, match="w"):
         pc.greedy_max_coverage(C, -np.ones(3), 1)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_marginal_rows_and_to_bundle(seed):
+    rng = np.random.default_rng(seed)
+    arch = pa.synthetic_archive(rng, M=30, D=4)
+    prof = pa.profiles(rng, arch, 50, 1.5)
+    R = ps.marginal_rows(arch, prof)
+    assert R.shape == (200, 30)
+    C = pc.coverage_matrix(arch["values"], prof["lo"], prof["hi"])
+    np.testing.assert_array_equal(R.reshape(4, 50, 30).all(0), C)
+    S = ps.marginal_greedy(arch, prof, np.full(50, 1 / 50), 3)
+    assert len(set(S.tolist())) == 3

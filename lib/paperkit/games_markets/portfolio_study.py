@@ -86,3 +86,23 @@ def sample_then_optimise(rng: np.random.Generator, C_pop: np.ndarray, K: int, ns
             gap[a, r] = opt - pc.coverage_value(C_pop, w_pop, S)
             gap_rand[a, r] = opt - pc.coverage_value(C_pop, w_pop, pa.random_k(rng, M, K))
     return {"opt": opt, "gap": gap, "gap_random": gap_rand}
+
+
+def marginal_rows(archive: dict, prof: dict) -> np.ndarray:
+    """The bundle split into its four parts: bool (4P, M), block j (rows jP..(j+1)P) says whether model m meets
+    part j of profile p alone (accuracy, memory, latency on the profile's device, energy on it).
+
+    Greedy on these rows, with weights ``np.tile(w, 4) / 4``, optimises the unbundled (marginal) coverage: the
+    average share of the constraints met, one constraint at a time. The four blocks AND-ed give the bundled matrix
+    of :func:`paperkit.games_markets.portfolio_coverage.coverage_matrix`.
+    """
+    v, lo, hi, dev = archive["values"], prof["lo"], prof["hi"], np.asarray(prof["device"], dtype=np.int64)
+    D, P = archive["D"], lo.shape[0]
+    cols = [np.zeros(P, dtype=np.int64), np.ones(P, dtype=np.int64), 2 + dev, 2 + D + dev]
+    r = np.arange(P)
+    return np.vstack([(v[:, c].T >= lo[r, c][:, None]) & (v[:, c].T <= hi[r, c][:, None]) for c in cols])
+
+
+def marginal_greedy(archive: dict, prof: dict, w: np.ndarray, K: int) -> np.ndarray:
+    """The greedy portfolio for the unbundled objective of :func:`marginal_rows` (each constraint scored apart)."""
+    return pc.greedy_max_coverage(marginal_rows(archive, prof), np.tile(np.asarray(w, dtype=np.float64), 4) / 4, K)
