@@ -43,11 +43,13 @@ def test_modular_hand_instance():
     # hard family, M = 8: A bids 0.2 on a, nobody on b: a shown, A pays 0 (second price), welfare q_a = 0.5
     inst = sm.family_instance(8.0)
     u, w = sm.modular_outcome(**inst, rule=0, rho=0.0, intent=np.array([0, 0, 1]), bid=np.array([0.0, 0.0, 0.2]))
-    np.testing.assert_allclose(u, [0.0, 0.0, 0.5]) and pytest.approx(w) == 0.5
+    np.testing.assert_allclose(u, [0.0, 0.0, 0.5])
+    assert w == pytest.approx(0.5)
     # B1 bids 1 on b: b shown, B1 pays 0.2 and gets no surplus (B2 ties it at 8); with rho = 1 it gets 0.5 * 8 back
     it, bd = np.array([0, 0, 1]), np.array([1.0, 0.0, 0.2])
     u, w = sm.modular_outcome(**inst, rule=0, rho=0.0, intent=it, bid=bd)
-    np.testing.assert_allclose(u, [-0.2, 0.0, 0.0]) and pytest.approx(w) == 4.0
+    np.testing.assert_allclose(u, [-0.2, 0.0, 0.0])
+    assert w == pytest.approx(4.0)
     u, _ = sm.modular_outcome(**inst, rule=0, rho=1.0, intent=it, bid=bd)
     np.testing.assert_allclose(u, [3.8, 0.0, 0.0])
 
@@ -107,3 +109,42 @@ def test_bad_input_names_parameter():
         sm.bid_table(q, V, th, 1)
     with pytest.raises(ValueError, match="payment"):
         sm.misreport_gain(q, V, th, 0, np.ones(2), "gsp")
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("rule,slots", [(0, 1), (1, 1), (0, 2)])
+def test_refined_gap_keeps_the_coarse_bids(seed, rule, slots):
+    rng = np.random.default_rng(seed)
+    d = sm.random_instance(rng, 3, 4, slots)
+    tab = sm.bid_table(d["q"], d["V"], d["theta"], 5)
+    prof, conv, _ = sm.best_response_dynamics(**d, rule=rule, rho=1.0, table=tab, start=rng.integers(0, 15, 4))
+    coarse = sm.nash_gap(**d, rule=rule, rho=1.0, table=tab, profile=prof)
+    assert ss.refined_gap(**d, rule=rule, rho=1.0, levels=5, profile=prof, factor=1) == pytest.approx(coarse, abs=1e-12)
+    fine = ss.refined_gap(**d, rule=rule, rho=1.0, levels=5, profile=prof, factor=3)
+    assert fine >= coarse - 1e-12          # the finer grid holds every coarse strategy
+    # the mapped profile places the same bids: the outcome is unchanged
+    tab3 = sm.bid_table(d["q"], d["V"], d["theta"], 13)
+    u1, w1 = sm.profile_outcome(**d, rule=rule, rho=1.0, table=tab, profile=prof)
+    u3, w3 = sm.profile_outcome(**d, rule=rule, rho=1.0, table=tab3, profile=(prof // 5) * 13 + (prof % 5) * 3)
+    np.testing.assert_allclose(u1, u3, atol=1e-12)
+    assert w3 == pytest.approx(w1)
+    with pytest.raises(ValueError, match="factor"):
+        ss.refined_gap(**d, rule=rule, rho=1.0, levels=5, profile=prof, factor=0)
+
+
+def test_random_sweep_profiles_and_robust_inefficiency():
+    rec = ss.random_sweep(np.random.default_rng(5), 25, 4, 5, 6, rhos=(0.0,), pairs={"GSP/SP": (0, 2)})[("GSP/SP", 0.0)]
+    tol = 1 + 2 / 5
+    for t in range(25):                    # the stored worst profile gives the stored ratio
+        if not np.isnan(rec["ratio"][t]):
+            inst = {"q": rec["q"][t], "V": rec["V"][t], "theta": 0.6 ** np.arange(2.0)}
+            tab = sm.bid_table(**inst, levels=6)
+            w = sm.profile_outcome(**inst, rule=0, rho=0.0, table=tab, profile=rec["profile"][t])[1]
+            assert sm.optimal_welfare(**inst) / w == pytest.approx(rec["ratio"][t], rel=1e-12)
+    bad = ss.robust_inefficient(rec, 0, 2, 0.0, 6, tol)
+    assert np.array_equal(np.isnan(bad), np.isnan(rec["ratio"]))
+    assert not np.any(bad[rec["ratio"] <= tol])
+    assert np.nansum(bad) >= 1             # GSP without redistribution leaves some instance inefficient
+    for t in np.flatnonzero(bad == 1):
+        inst = {"q": rec["q"][t], "V": rec["V"][t], "theta": 0.6 ** np.arange(2.0)}
+        assert ss.refined_gap(**inst, rule=0, rho=0.0, levels=6, profile=rec["profile"][t]) <= 1e-12

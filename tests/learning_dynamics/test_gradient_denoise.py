@@ -181,3 +181,35 @@ def test_quadratic_igt_wrapper_beats_plain_sgd():
     plain = np.mean([st.quad_final_gap(A, b, xs, x0, 1.0, 500, "sgd", 0.3, s) for s in range(4)])
     igt = np.mean([st.quad_final_gap(A, b, xs, x0, 1.0, 500, "igt", 0.3, s) for s in range(4)])
     assert igt < plain
+
+
+def test_cheap_errors_match_the_plain_estimators():
+    rng = np.random.default_rng(8)
+    true = rng.normal(size=(40, 3))
+    G = true + rng.normal(size=(40, 3))
+    err = st.cheap_errors(G, true, betas=(0.8,), window=5)
+    np.testing.assert_allclose(err["ema_0.8"], ((gd.ema_estimates(G, 0.8) - true) ** 2).sum(1), rtol=1e-12)
+    np.testing.assert_allclose(err["window"], ((gd.window_estimates(G, 5) - true) ** 2).sum(1), rtol=1e-12)
+    np.testing.assert_allclose(err["mean"][-1], ((G.mean(0) - true[-1]) ** 2).sum(), rtol=1e-12)
+
+
+def test_ml_in_loop_replays_one_run_and_tracks_its_bound():
+    rng = np.random.default_rng(9)
+    A, b, xs = st.quadratic(rng, 3, 5.0)
+    x0 = xs + rng.normal(size=3)
+    out = st.ml_in_loop_mc(A, b, x0, 0.3, 0.5, 80, 300, np.random.default_rng(10))
+    # the first run, replayed by hand with the same noise
+    noise = 0.5 * np.random.default_rng(10).normal(size=(80, 3))
+    X, x = np.zeros((80, 3)), x0.copy()
+    for t in range(80):
+        X[t] = x
+        x = x - 0.3 * (A @ x - b + noise[t])
+    G = X @ A - b + noise
+    pred, theta = gd.rls_gradient_estimates(gd.gradient_features(X, 1), G, 1e-8)
+    np.testing.assert_allclose(out["ml"][0], ((pred - (X @ A - b)) ** 2).sum(1), rtol=1e-9, atol=1e-14)
+    np.testing.assert_allclose(out["bound"][0], gd.ml_error_bound(gd.gradient_features(X, 1), 0.5, 3)[0], rtol=1e-9)
+    assert out["hess"][0] == pytest.approx(((theta[1:] - A) ** 2).sum())
+    assert set(out) >= {"mean", "window", "ema_0.9", "hess_bound"} and out["mean"].shape == (300, 80)
+    # over many runs the fit's error is of the order of its realised bound (not equal: the design adapts)
+    ratio = out["ml"][:, 20:].sum() / out["bound"][:, 20:].sum()
+    assert 0.8 < ratio < 1.3

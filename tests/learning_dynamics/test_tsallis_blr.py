@@ -254,3 +254,21 @@ def test_study_pca_features_are_standardised_on_the_training_rows():
     assert np.allclose(Z[tr, :3].std(0), 1) and np.allclose(Z[tr, :3].mean(0), 0, atol=1e-12)
     # the first component carries the most training variance before standardisation
     assert abs(np.corrcoef(Z[tr, 0], X[tr, -1])[0, 1]) > 0.9
+
+
+def test_study_paired_nll_bound_matches_the_paired_t_statistic():
+    from scipy import stats
+
+    from paperkit.learning_dynamics import tsallis_study as ts
+    rng = np.random.default_rng(2)
+    y = (rng.random(300) < 0.5).astype(float)
+    p_base = np.clip(0.5 + (y - 0.5) * rng.uniform(0.2, 0.9, 300), 0.01, 0.99)
+    p_key = np.clip(p_base + rng.normal(0, 0.05, 300), 0.01, 0.99)
+    row = {1.0: ts.scores(p_base, y), "k": ts.scores(p_key, y)}
+    mean, bound = ts.paired_nll_bound(row, "k")
+    d = row["k"]["nll_rows"] - row[1.0]["nll_rows"]
+    assert mean == pytest.approx(row["k"]["nll"] - row[1.0]["nll"], abs=1e-12)
+    t = stats.ttest_rel(row["k"]["nll_rows"], row[1.0]["nll_rows"]).statistic     # mean / (sd / sqrt(n))
+    assert bound == pytest.approx(mean + 2 * mean / t, rel=1e-10)
+    assert ts.paired_nll_bound(row, 1.0) == (0.0, 0.0)                            # a method against itself
+    assert d.shape == (300,)

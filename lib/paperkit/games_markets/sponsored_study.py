@@ -5,6 +5,8 @@
   which only the single-advertiser intents are bid on, its exhaustive Nash gap and OPT / W, for every M.
 * :func:`family_worst`: worst and best pure-equilibrium welfare ratio by full enumeration (small grids).
 * :func:`random_sweep`: worst OPT / W over several best-response starts on random instances.
+* :func:`refined_gap` and :func:`robust_inefficient`: whether an inefficient equilibrium found on the grid is still an
+  equilibrium when every advertiser may deviate on a finer grid (so not an artefact of the grid).
 * :func:`truthfulness_sweep`: the largest misreport gain per random instance under VCG and under the controls.
 """
 from __future__ import annotations
@@ -73,9 +75,14 @@ def random_sweep(rng, n_random, n_intents, n_adv, levels, rhos=(0.0, 1.0), n_sta
     converged runs of best-response dynamics from ``n_starts`` starts (everyone at its top bid on its best
     intent; everyone at zero; the rest uniformly random), the share of converged runs, and the largest Nash gap.
     ``extra``: further (label, rule, slots, rho) games run on the same instances and starts (controls).
-    Returns {(label, rho): {"ratio": (n_random,) (NaN where no run converged), "conv": share}}."""
+    Returns {(label, rho): {"ratio": (n_random,) (NaN where no run converged), "conv": share, "profile":
+    (n_random, n_adv) the worst converged profile (strategy indices into the ``levels``-level table of
+    :func:`~paperkit.games_markets.sponsored_mechanisms.bid_table`; -1 where none), "q": (n_random, n_intents) and
+    "V": (n_random, n_adv, n_intents) the instances}}."""
     games = [(lab, rule, S, rho) for lab, (rule, S) in pairs.items() for rho in rhos] + list(extra)
-    out = {(lab, rho): {"ratio": np.full(n_random, np.nan), "conv": []} for lab, _, _, rho in games}
+    out = {(lab, rho): {"ratio": np.full(n_random, np.nan), "conv": [],
+                        "profile": np.full((n_random, n_adv), -1, np.int64), "q": np.empty((n_random, n_intents)),
+                        "V": np.empty((n_random, n_adv, n_intents))} for lab, _, _, rho in games}
     for t in range(n_random):
         base = sm.random_instance(rng, n_intents, n_adv, 1, theta2)
         K = n_intents * levels
@@ -87,16 +94,44 @@ def random_sweep(rng, n_random, n_intents, n_adv, levels, rhos=(0.0, 1.0), n_sta
             tab = sm.bid_table(inst["q"], inst["V"], inst["theta"], levels)
             opt = sm.optimal_welfare(**inst)
             rec = out[(lab, rho)]
-            worst = np.nan
+            rec["q"][t], rec["V"][t] = base["q"], base["V"]
             for st in starts:
                 prof, conv, _ = sm.best_response_dynamics(**inst, rule=rule, rho=rho, table=tab, start=st)
                 rec["conv"].append(conv)
                 if conv:
-                    w = sm.profile_outcome(**inst, rule=rule, rho=rho, table=tab, profile=prof)[1]
-                    worst = np.nanmax([worst, opt / w])
-            rec["ratio"][t] = worst
+                    r = opt / sm.profile_outcome(**inst, rule=rule, rho=rho, table=tab, profile=prof)[1]
+                    if not r <= rec["ratio"][t]:          # the first converged run (ratio NaN) or a worse one
+                        rec["ratio"][t], rec["profile"][t] = r, prof
     for rec in out.values():
         rec["conv"] = float(np.mean(rec["conv"]))
+    return out
+
+
+def refined_gap(q, V, theta, rule, rho, levels, profile, factor=5):
+    """Largest gain of any unilateral deviation from ``profile`` (strategy indices into the ``levels``-level table of
+    :func:`~paperkit.games_markets.sponsored_mechanisms.bid_table`) when every advertiser may choose among
+    ``factor * (levels - 1) + 1`` levels, a grid that holds every bid of the coarse one. At most 1e-12 when the
+    coarse equilibrium is also an equilibrium of the finer game."""
+    if isinstance(factor, bool) or not isinstance(factor, (int, np.integer)) or factor < 1:
+        raise ValueError(f"factor must be a positive integer, got {factor!r}")
+    prof = np.asarray(profile)
+    if prof.dtype.kind not in "iu" or prof.min() < 0 or prof.max() >= np.asarray(V).shape[1] * levels:
+        raise ValueError(f"profile must hold strategy indices of the {levels}-level table")
+    fine = factor * (levels - 1) + 1
+    tab = sm.bid_table(q, V, theta, fine)
+    return sm.nash_gap(q, V, theta, rule, rho, tab, (prof // levels) * fine + (prof % levels) * factor)
+
+
+def robust_inefficient(rec, rule, slots, rho, levels, tol, factor=5, theta2=0.6):
+    """Per instance of one game of a :func:`random_sweep` record (its ``rule``, ``slots``, ``rho``, ``levels`` and
+    ``theta2``): 1.0 where the worst equilibrium found has OPT / W > ``tol`` and survives every deviation on the
+    ``factor`` times finer grid (:func:`refined_gap` <= 1e-12), 0.0 otherwise, NaN where no run converged:
+    float64 (n_random,)."""
+    theta = theta2 ** np.arange(slots, dtype=np.float64)
+    out = np.where(np.isnan(rec["ratio"]), np.nan, 0.0)
+    for t in np.flatnonzero(rec["ratio"] > tol):
+        gap = refined_gap(rec["q"][t], rec["V"][t], theta, rule, rho, levels, rec["profile"][t], factor)
+        out[t] = float(gap <= 1e-12)
     return out
 
 

@@ -48,16 +48,29 @@ def sgd_path(grad, x0, eta, sigma, T, rng, query=None):
     return X, Y
 
 
+def cheap_errors(G, true, betas=(0.5, 0.8, 0.9, 0.95, 0.99), window=20):
+    """Squared errors (T,) of the cheap averages of the raw gradients ``G`` (T, d) as estimates of ``true`` (T, d):
+    ``mean`` (running mean of all of them), ``window`` (mean of the last ``window``) and ``ema_<beta>`` (momentum's
+    exponential average, started at ``g_0``, so with no start-up bias). Returns a dict of (T,) arrays."""
+    from scipy.signal import lfilter
+
+    T = G.shape[0]
+    out = {"mean": ((np.cumsum(G, 0) / np.arange(1, T + 1)[:, None] - true) ** 2).sum(1),
+           "window": ((gd.window_estimates(G, window) - true) ** 2).sum(1)}
+    for b in betas:
+        m = lfilter([1 - b], [1, -b], G, axis=0, zi=b * G[:1])[0]
+        out[f"ema_{b}"] = ((m - true) ** 2).sum(1)
+    return out
+
+
 def estimator_mc(grad, X, sigma, degree, reps, rng, betas=(0.5, 0.8, 0.9, 0.95, 0.99), window=20,
                  ridge=1e-8):
     """Monte Carlo at fixed query points ``X`` (T, d): ``reps`` fresh noise draws on the gradients observed there,
     and each estimator's squared error of ``grad f(x_t)`` at every step ``t``.
 
     Returns a dict of (reps, T) arrays of squared errors: ``ml`` (recursive least squares over the whole history
-    with the gradient model of ``degree``), ``raw``, ``mean`` (running mean of all raw gradients), ``window`` (mean
-    of the last ``window``), ``ema_<beta>``; and ``ml_coef`` (reps, p, d), the final fitted coefficients."""
-    from scipy.signal import lfilter
-
+    with the gradient model of ``degree``), ``raw``, and the cheap averages of :func:`cheap_errors` (``mean``,
+    ``window``, ``ema_<beta>``); and ``ml_coef`` (reps, p, d), the final fitted coefficients."""
     T, d = X.shape
     true = grad(X)
     Z = gd.gradient_features(X, degree)
@@ -69,12 +82,8 @@ def estimator_mc(grad, X, sigma, degree, reps, rng, betas=(0.5, 0.8, 0.9, 0.95, 
         out["ml"][r] = ((pred - true) ** 2).sum(1)
         out["ml_coef"][r] = theta
         out["raw"][r] = ((G - true) ** 2).sum(1)
-        out["mean"][r] = ((np.cumsum(G, 0) / np.arange(1, T + 1)[:, None] - true) ** 2).sum(1)
-        out["window"][r] = ((gd.window_estimates(G, window) - true) ** 2).sum(1)
-        for b in betas:
-            zi = b * G[:1]  # start the average at g_0 (no start-up bias)
-            m = lfilter([1 - b], [1, -b], G, axis=0, zi=zi)[0]
-            out[f"ema_{b}"][r] = ((m - true) ** 2).sum(1)
+        for k, v in cheap_errors(G, true, betas, window).items():
+            out[k][r] = v
     return out
 
 
@@ -225,10 +234,15 @@ def quad_final_gap(A, b, xstar, x0, sigma, T, kind, eta, seed, beta=0.9):
 def ml_in_loop_mc(A, b, x0, eta, sigma, T, reps, rng, ridge=1e-8):
     """Least squares in the loop: ``reps`` SGD runs (step ``eta``) on the noisy quadratic, each with its own noise,
     so the query points depend on the noise that the fit then sees (unlike :func:`estimator_mc`, where the points
-    are frozen). Returns ``(err, bnd)``, both (reps, T): the squared error of the least-squares gradient at each
-    iterate and the fixed-design bound of that run's own query points."""
+    are frozen). Returns a dict: ``ml`` (reps, T), the squared error of the least-squares gradient at each iterate;
+    ``bound`` (reps, T), the fixed-design bound of that run's own query points; the cheap averages of the same
+    noisy gradients (``mean``, ``window``, ``ema_<beta>``, each (reps, T), :func:`cheap_errors`); ``hess`` (reps,),
+    the squared Frobenius error of the fitted slope matrix (the Hessian ``A``) at the last step, and ``hess_bound``
+    (reps,), its fixed-design bound at the run's own query points (:func:`~paperkit.learning_dynamics.
+    gradient_denoise.ml_error_bound`)."""
     d = x0.size
-    err, bnd = np.zeros((reps, T)), np.zeros((reps, T))
+    out = {"ml": np.zeros((reps, T)), "bound": np.zeros((reps, T)), "hess": np.zeros(reps),
+           "hess_bound": np.zeros(reps)}
     for r in range(reps):
         X, G, x = np.zeros((T, d)), np.zeros((T, d)), x0.copy()
         noise = sigma * rng.normal(size=(T, d))
@@ -236,8 +250,11 @@ def ml_in_loop_mc(A, b, x0, eta, sigma, T, reps, rng, ridge=1e-8):
             X[t] = x
             G[t] = A @ x - b + noise[t]
             x = x - eta * G[t]
-        Z = gd.gradient_features(X, 1)
-        pred, _ = gd.rls_gradient_estimates(Z, G, ridge)
-        err[r] = ((pred - (X @ A - b)) ** 2).sum(1)
-        bnd[r] = bound_at(Z, Z, sigma, d)
-    return err, bnd
+        Z, true = gd.gradient_features(X, 1), X @ A - b
+        pred, theta = gd.rls_gradient_estimates(Z, G, ridge)
+        out["ml"][r] = ((pred - true) ** 2).sum(1)
+        out["bound"][r], hb = gd.ml_error_bound(Z, sigma, d)
+        out["hess"][r], out["hess_bound"][r] = ((theta[1:] - A) ** 2).sum(), hb[-1]
+        for k, v in cheap_errors(G, true).items():
+            out.setdefault(k, np.zeros((reps, T)))[r] = v
+    return out

@@ -17,12 +17,22 @@ from paperkit.learning_dynamics import tsallis_blr as tb
 
 
 def scores(p: np.ndarray, y: np.ndarray) -> dict:
-    """Accuracy, mean negative log-likelihood and its per-row standard deviation, and ECE of probabilities `p`
-    (shape (n,), clipped to [1e-12, 1 - 1e-12]) for labels `y` in {0, 1}."""
+    """Accuracy, mean negative log-likelihood, its per-row standard deviation and the per-row values
+    ('nll_rows', shape (n,)), and ECE of probabilities `p` (shape (n,), clipped to [1e-12, 1 - 1e-12]) for labels
+    `y` in {0, 1}."""
     p = np.clip(p, 1e-12, 1 - 1e-12)
     nll_rows = -(y * np.log(p) + (1 - y) * np.log(1 - p))
     return {"acc": float(((p >= 0.5) == (y == 1)).mean()), "nll": float(nll_rows.mean()),
-            "nll_sd": float(np.std(nll_rows, ddof=1)), "ece": tb.ece(p, y)}
+            "nll_sd": float(np.std(nll_rows, ddof=1)), "nll_rows": nll_rows, "ece": tb.ece(p, y)}
+
+
+def paired_nll_bound(row: dict, key, base=1.0) -> tuple[float, float]:
+    """Paired comparison of two methods of one split on the same test rows: the mean per-row NLL difference
+    ``d = NLL(key) - NLL(base)`` and the upper end of its two-standard-error interval, ``d + 2 sd(d_n) / sqrt(n)``.
+    A bound at most a margin ``delta`` says that `key` loses at most ``delta`` nats per row against `base`."""
+    diff = row[key]["nll_rows"] - row[base]["nll_rows"]
+    mean = float(diff.mean())
+    return mean, mean + 2.0 * float(diff.std(ddof=1)) / math.sqrt(len(diff))
 
 
 def pca_features(X: np.ndarray, train: np.ndarray, n_pca: int) -> np.ndarray:
