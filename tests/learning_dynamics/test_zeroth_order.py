@@ -220,6 +220,23 @@ def test_train_policy_runs_and_counts_evaluations(task, method, order):
     assert torch.isfinite(run.theta).all()
 
 
+def test_common_random_numbers_cancel_most_reward_noise(task):
+    # grpo_crn shares the rollout uniforms between the two sides: at a tiny mu almost no sampled answer changes, so
+    # almost every projected difference is exactly zero; with fresh uniforms (grpo) almost none is
+    g = torch.Generator().manual_seed(0)
+    theta = 0.3 * torch.randn(1, task.dim, generator=g, dtype=torch.float64)
+    dirs = torch.randn(1, 200, task.dim, generator=g, dtype=torch.float64)
+    idx = torch.arange(8)
+    Xb = task.Z[task.train][idx].expand(1, 200, -1, -1)
+    yb = task.y[task.train][idx].expand(1, 200, -1)
+    u1, u2 = (torch.rand(1, 200, 8, 4, generator=g, dtype=torch.float64) for _ in range(2))
+    reward = lambda pts, X, y, U: zo.sampled_reward(pts, X, y, U, 10)
+    crn = zo.zo_two_point(reward, theta, dirs, 1e-6, (Xb, yb, u1), (Xb, yb, u1))[1]
+    fresh = zo.zo_two_point(reward, theta, dirs, 1e-6, (Xb, yb, u1), (Xb, yb, u2))[1]
+    assert float((crn == 0).double().mean()) > 0.95
+    assert float((fresh == 0).double().mean()) < 0.5
+
+
 def test_fo_bolt_learns(task):
     theta0 = torch.zeros(2, task.dim, dtype=torch.float64)
     T, _ = zop.boltzmann_targets(task, theta0[0], 8, 0.2, torch.Generator().manual_seed(0))

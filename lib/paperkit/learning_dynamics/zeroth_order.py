@@ -37,8 +37,14 @@ def _check_float_tensor(x, name: str, min_ndim: int = 1) -> None:
         raise TypeError(f"{name} must be float32 or float64, got {x.dtype}")
     if x.ndim < min_ndim:
         raise ValueError(f"{name} must have at least {min_ndim} axes, got shape {tuple(x.shape)}")
-    if not bool(torch.isfinite(x).all()):
+    if x.numel() and not _finite(x):
         raise ValueError(f"{name} must be finite")
+
+
+def _finite(x: torch.Tensor) -> bool:
+    # one reduction instead of an elementwise mask: aminmax propagates NaN, and +-inf show up as the extremes
+    lo, hi = torch.aminmax(x)
+    return bool(torch.isfinite(lo) & torch.isfinite(hi))
 
 
 def _weights(theta: torch.Tensor, p: int, c: int) -> torch.Tensor:
@@ -112,13 +118,17 @@ def _check_reward_args(theta, X, y, uniforms, n_answers):
         raise TypeError("y must be an integer torch.Tensor of correct answers")
     if y.shape != X.shape[:-1]:
         raise ValueError(f"y must have shape {tuple(X.shape[:-1])}, got {tuple(y.shape)}")
-    if y.numel() and (int(y.min()) < 0 or int(y.max()) >= n_answers):
-        raise ValueError(f"y must lie in [0, {n_answers})")
-    _check_float_tensor(uniforms, "uniforms", 2)
+    if y.numel():
+        y_lo, y_hi = torch.aminmax(y)
+        if int(y_lo) < 0 or int(y_hi) >= n_answers:
+            raise ValueError(f"y must lie in [0, {n_answers})")
+    if not isinstance(uniforms, torch.Tensor) or uniforms.dtype not in FloatT or uniforms.ndim < 2:
+        _check_float_tensor(uniforms, "uniforms", 2)
     if uniforms.shape[:-1] != X.shape[:-1] or uniforms.shape[-1] == 0:
         raise ValueError(f"uniforms must have shape {(*X.shape[:-1], 'G')} with G >= 1, got {tuple(uniforms.shape)}")
-    if bool(((uniforms < 0) | (uniforms >= 1)).any()):
-        raise ValueError("uniforms must lie in [0, 1)")
+    u_lo, u_hi = torch.aminmax(uniforms)
+    if not bool((u_lo >= 0) & (u_hi < 1)):  # also false for NaN
+        raise ValueError("uniforms must lie in [0, 1) (and be finite)")
     return p
 
 
@@ -140,9 +150,15 @@ def sampled_reward(theta: torch.Tensor, X: torch.Tensor, y: torch.Tensor, unifor
     (..., B, G) in [0, 1), the rollouts' randomness (fresh uniforms for each side of a mismatched pair).
     Its expectation over the uniforms is the mean probability of the correct answer.
     """
-    _check_reward_args(theta, X, y, uniforms, n_answers)
-    a = sample_answers(theta, X, uniforms, n_answers)
-    return (a == y.unsqueeze(-1).to(a.dtype)).to(theta.dtype).mean((-1, -2))
+    p = _check_reward_args(theta, X, y, uniforms, n_answers)
+    # the answer drawn by inverse CDF (as in sample_answers) is y exactly when cdf[y - 1] <= u < cdf[y], with
+    # cdf[-1] = 0 and no upper limit for the last answer (sample_answers clamps there)
+    cdf = torch.softmax(X @ _weights(theta, p, n_answers), dim=-1).cumsum(-1)
+    yi = y.long().unsqueeze(-1)
+    lo = torch.where(yi > 0, cdf.gather(-1, (yi - 1).clamp_min(0)), torch.zeros((), dtype=cdf.dtype))
+    hi = torch.where(yi < n_answers - 1, cdf.gather(-1, yi), torch.full((), math.inf, dtype=cdf.dtype))
+    u = uniforms.to(cdf.dtype)
+    return ((u >= lo) & (u < hi)).to(theta.dtype).mean((-1, -2))
 
 
 def sampled_reward_ref(theta: torch.Tensor, X: torch.Tensor, y: torch.Tensor, uniforms: torch.Tensor,

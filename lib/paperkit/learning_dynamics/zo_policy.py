@@ -13,7 +13,11 @@ update:
   rollouts. Zeroth order: the mean sampled reward, with fresh rollouts at ``theta + mu u`` and at ``theta - mu u``
   (mismatched, as on-policy RL induces);
 * ``"grpo_fixed"``: the GRPO surrogate on one set of rollouts drawn at ``theta``, evaluated at both perturbed points
-  (matched; first order it is ``"grpo"``).
+  (matched; first order it is ``"grpo"``);
+* ``"grpo_crn"``: the mean sampled reward of ``"grpo"``, but both perturbed points sample their rollouts from the
+  same uniforms (common random numbers: the same prompts and the same rollout randomness on both sides, so only
+  answers whose inverse-CDF draw crosses a boundary between ``theta - mu u`` and ``theta + mu u`` differ; first
+  order it is ``"grpo"``).
 """
 from __future__ import annotations
 
@@ -24,7 +28,7 @@ import torch
 
 from paperkit.learning_dynamics import zeroth_order as zo
 
-METHODS = ("bolt", "bolt_mis", "grpo", "grpo_fixed")
+METHODS = ("bolt", "bolt_mis", "grpo", "grpo_fixed", "grpo_crn")
 
 
 @dataclass
@@ -113,7 +117,8 @@ def train_policy(task: DigitsTask, method: str, order: str, theta0: torch.Tensor
                  G: int = 8, mu: float = 1e-3, n_dirs: int = 16, clip: float = 5.0, log_every: int = 50):
     """Train K chains (``theta0`` (K, D)) for ``steps`` SGD steps with ``method`` (see :data:`METHODS`) and
     ``order`` ``"fo"`` (autograd) or ``"zo"`` (two-point, ``n_dirs`` Gaussian directions averaged per step, the
-    estimate's norm clipped at ``clip`` per chain). Losses are minimised; the ZO reward of ``"grpo"`` is maximised.
+    estimate's norm clipped at ``clip`` per chain). Losses are minimised; the ZO reward of ``"grpo"`` and
+    ``"grpo_crn"`` is maximised.
     Minibatches of ``batch`` prompts come from ``rng``, rollouts and directions from ``gen``."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
@@ -146,9 +151,10 @@ def train_policy(task: DigitsTask, method: str, order: str, theta0: torch.Tensor
                 plus, minus = rep(Xtr[idx], T_off[idx]), rep(Xtr[idx2], T_off[idx2])
             elif method == "grpo_fixed":
                 plus = minus = rep(Xtr[idx], grpo_targets(task, th, idx, G, gen))
-            if method == "grpo":
+            if method in ("grpo", "grpo_crn"):
                 Xb, yb = rep(Xtr[idx], ytr[idx])
-                u1, u2 = (torch.rand(K, n_dirs, batch, G, generator=gen, dtype=torch.float64) for _ in range(2))
+                u1 = torch.rand(K, n_dirs, batch, G, generator=gen, dtype=torch.float64)
+                u2 = u1 if method == "grpo_crn" else torch.rand(K, n_dirs, batch, G, generator=gen, dtype=torch.float64)
                 g = -zo.zo_two_point(reward, th, dirs, mu, (Xb, yb, u1), (Xb, yb, u2))[0]
             else:
                 g = zo.zo_two_point(ce, th, dirs, mu, plus, minus)[0]
