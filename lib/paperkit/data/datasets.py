@@ -69,9 +69,24 @@ def stdlib_bytes(max_bytes: int) -> tuple[np.ndarray, Provenance]:
                             "PSF License", f"{data.shape}", "real source code as a byte corpus")
 
 
+def sklearn_diabetes() -> tuple[np.ndarray, np.ndarray, list[str], Provenance]:
+    """scikit-learn's diabetes study, unscaled: ``X`` (442, 10) float64 baseline variables (age, sex, body-mass index,
+    mean blood pressure and six blood-serum measurements s1-s6), ``y`` (442,) disease progression one year later,
+    and the ten column names."""
+    from sklearn.datasets import load_diabetes
+
+    d = load_diabetes(scaled=False)
+    X, y = d.data.astype(np.float64), d.target.astype(np.float64)
+    return X, y, list(d.feature_names), Provenance(
+        "diabetes (442 patients)", "scikit-learn", _version("scikit-learn"),
+        "sklearn/datasets/data/diabetes_data_raw.csv.gz", "BSD-3-Clause (scikit-learn); Efron et al. (2004) data",
+        f"X {X.shape}, y {y.shape}", "442 diabetes patients: ten baseline variables and disease progression")
+
+
 # name -> (loader, the call the Data page shows)
 LOADERS = {
     "sklearn_digits": (sklearn_digits, "sklearn_digits()"),
     "mnist_5000": (mnist_5000, "mnist_5000()"),
     "stdlib_bytes": (stdlib_bytes, "stdlib_bytes(200_000)"),
+    "sklearn_diabetes": (sklearn_diabetes, "sklearn_diabetes()"),
 }
