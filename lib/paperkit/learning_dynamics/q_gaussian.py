@@ -34,6 +34,8 @@ import math
 import numpy as np
 from scipy.special import gammaln
 
+from paperkit.arrays import real_array
+
 
 def _q(q, name: str = "q") -> float:
     if isinstance(q, bool) or not isinstance(q, (int, float, np.floating, np.integer)):
@@ -44,17 +46,6 @@ def _q(q, name: str = "q") -> float:
     return q
 
 
-def _float_array(x, name: str, ndim: int | None = None) -> np.ndarray:
-    x = np.asarray(x)
-    if np.iscomplexobj(x) or not np.issubdtype(x.dtype, np.floating):
-        raise TypeError(f"{name} must be a real float array, got dtype {x.dtype}")
-    if ndim is not None and x.ndim != ndim:
-        raise ValueError(f"{name} must have {ndim} axes, got shape {x.shape}")
-    if not np.isfinite(x).all():
-        raise ValueError(f"{name} must be finite")
-    return x
-
-
 def max_q(d: int) -> float:
     """The largest ``q`` (exclusive) at which a ``d``-dimensional q-Gaussian still has a finite covariance."""
     return 1.0 + 2.0 / (d + 2)
@@ -63,7 +54,7 @@ def max_q(d: int) -> float:
 def q_exp(x, q):
     """The Tsallis q-exponential ``[1 + (1-q) x]_+^(1/(1-q))`` (``exp`` at ``q = 1``; ``+inf`` past the pole
     for ``q > 1``), elementwise."""
-    x = _float_array(x, "x")
+    x = real_array(x, "x")
     q = _q(q)
     if q == 1.0:
         return np.exp(x)
@@ -76,7 +67,7 @@ def q_exp(x, q):
 
 def q_exp_ref(x, q):
     """Reference for :func:`q_exp`: one element at a time."""
-    x = _float_array(x, "x")
+    x = real_array(x, "x")
     q = _q(q)
     out = np.empty(x.shape, dtype=np.float64)
     for i, v in np.ndenumerate(x):
@@ -92,7 +83,7 @@ def q_exp_ref(x, q):
 def q_log(x, q):
     """The Tsallis q-logarithm ``(x^(1-q) - 1)/(1-q)`` (``log`` at ``q = 1``), the inverse of :func:`q_exp` on
     ``x > 0``."""
-    x = _float_array(x, "x")
+    x = real_array(x, "x")
     if (x <= 0).any():
         raise ValueError("x must be positive")
     q = _q(q)
@@ -134,8 +125,8 @@ def shape_params(q, d: int, logdet_s: float) -> dict:
 
 
 def _check_ms(m, s):
-    m = _float_array(m, "m", 1)
-    s = _float_array(s, "s", 1)
+    m = real_array(m, "m", 1)
+    s = real_array(s, "s", 1)
     if m.shape != s.shape:
         raise ValueError(f"m and s must have the same shape, got {m.shape} and {s.shape}")
     if m.size < 1:
@@ -148,7 +139,7 @@ def _check_ms(m, s):
 
 
 def _check_x(x, m):
-    x = _float_array(x, "x", 2)
+    x = real_array(x, "x", 2)
     if x.shape[1] != m.shape[0]:
         raise ValueError(f"x must be (n, d) with d = len(m) = {m.shape[0]}, got {x.shape}")
     if x.dtype != m.dtype:
@@ -202,7 +193,7 @@ def q_gaussian_logpdf_ref(x, m, s, q):
 def support_radius(q, s) -> np.ndarray:
     """Half-widths of the bounding box of a compact (``q < 1``) q-Gaussian's support along each axis,
     ``r / sqrt(s_j)``; ``inf`` for ``q >= 1``."""
-    s = _float_array(s, "s", 1)
+    s = real_array(s, "s", 1)
     q = _q(q)
     if q >= 1.0:
         return np.full(s.shape, np.inf)
@@ -212,7 +203,7 @@ def support_radius(q, s) -> np.ndarray:
 
 def covariance_factor(q, s) -> float:
     """``kappa`` with covariance ``kappa S^(-1)`` for the q-Gaussian of diagonal ``s``."""
-    s = _float_array(s, "s", 1)
+    s = real_array(s, "s", 1)
     return shape_params(q, s.shape[0], float(np.log(s).sum()))["kappa"]
 
 

@@ -29,22 +29,14 @@ import math
 
 import numpy as np
 
+from paperkit.arrays import real_array
+
 
 # ---------------------------------------------------------------------------------------------- validation
 
-def _float_array(x, name: str, ndim: int) -> np.ndarray:
-    x = np.asarray(x)
-    if np.iscomplexobj(x) or not np.issubdtype(x.dtype, np.floating):
-        raise TypeError(f"{name} must be a real float array, got dtype {x.dtype}")
-    if x.ndim != ndim:
-        raise ValueError(f"{name} must have {ndim} axes, got shape {x.shape}")
-    if not np.isfinite(x).all():
-        raise ValueError(f"{name} must be finite")
-    return x
-
 
 def _cube(x, name: str) -> np.ndarray:
-    x = _float_array(x, name, 2)
+    x = real_array(x, name, 2)
     if x.size and not np.all(np.abs(x) == 1.0):
         raise ValueError(f"{name} must hold hypercube points (entries -1 or +1)")
     return x
@@ -111,7 +103,7 @@ def _check_junta(x, S, table):
         raise ValueError(f"S must index the {x.shape[1]} coordinates of x, got {S}")
     if len(set(S.tolist())) != S.size:
         raise ValueError("S must not repeat a coordinate")
-    table = _float_array(table, "table", 1)
+    table = real_array(table, "table", 1)
     if table.shape[0] != 2 ** S.shape[0]:
         raise ValueError(f"table must have 2^k = {2 ** S.shape[0]} entries, got {table.shape[0]}")
     if table.size and np.abs(table).max() > 1.0:
@@ -141,11 +133,11 @@ def redraw_step(x: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, No
 # ---------------------------------------------------------------------------------------------- TD gradient
 
 def _check_td(W, a, b, x, x2, fx, fx2):
-    W = _float_array(W, "W", 2)
-    a = _float_array(a, "a", 1)
-    b = _float_array(b, "b", 1)
+    W = real_array(W, "W", 2)
+    a = real_array(a, "a", 1)
+    b = real_array(b, "b", 1)
     x, x2 = _cube(x, "x"), _cube(x2, "x2")
-    fx, fx2 = _float_array(fx, "fx", 1), _float_array(fx2, "fx2", 1)
+    fx, fx2 = real_array(fx, "fx", 1), real_array(fx2, "fx2", 1)
     _same_dtype(W, "W", a=a, b=b, x=x, x2=x2, fx=fx, fx2=fx2)
     m, d = W.shape
     if a.shape[0] != m or b.shape[0] != m:

@@ -34,6 +34,7 @@ import numpy as np
 from scipy import integrate, optimize
 from scipy.special import expit, log_expit, roots_hermite, roots_jacobi
 
+from paperkit.arrays import real_array
 from paperkit.learning_dynamics import q_gaussian as qg
 
 
@@ -192,9 +193,9 @@ def _node_scale(q: float, s: float) -> float:
 # ---------------------------------------------------------------------------------------------- logistic loss
 
 def _check_lr(theta, X, y):
-    theta = qg._float_array(theta, "theta", 2)
-    X = qg._float_array(X, "X", 2)
-    y = qg._float_array(y, "y", 1)
+    theta = real_array(theta, "theta", 2)
+    X = real_array(X, "X", 2)
+    y = real_array(y, "y", 1)
     if X.shape[0] != y.shape[0]:
         raise ValueError(f"X and y must have the same number of rows, got {X.shape[0]} and {y.shape[0]}")
     if theta.shape[1] != X.shape[1]:
@@ -238,8 +239,8 @@ def logistic_grad_hess_ref(theta, X, y):
 
 def _check_step(m, s, X, y, q, rho, s0):
     m, s = qg._check_ms(m, s)
-    X = qg._float_array(X, "X", 2)
-    y = qg._float_array(y, "y", 1)
+    X = real_array(X, "X", 2)
+    y = real_array(y, "y", 1)
     if X.shape[1] != m.shape[0]:
         raise ValueError(f"X must have d = len(m) = {m.shape[0]} columns, got {X.shape}")
     if X.dtype != m.dtype:

@@ -33,22 +33,14 @@ import math
 import numpy as np
 from scipy import optimize
 
+from paperkit.arrays import real_array
+
 
 # ---------------------------------------------------------------------------------------------- checks
 
-def _float_array(x, name: str, ndim: int) -> np.ndarray:
-    x = np.asarray(x)
-    if np.iscomplexobj(x) or not np.issubdtype(x.dtype, np.floating):
-        raise TypeError(f"{name} must be a real float array, got dtype {x.dtype}")
-    if x.ndim != ndim:
-        raise ValueError(f"{name} must have {ndim} axes, got shape {x.shape}")
-    if not np.isfinite(x).all():
-        raise ValueError(f"{name} must be finite")
-    return x
-
 
 def _check_Y(Y) -> np.ndarray:
-    Y = _float_array(Y, "Y", 2)
+    Y = real_array(Y, "Y", 2)
     if Y.shape[0] == 0 or Y.shape[1] == 0:
         raise ValueError(f"Y must be (K, N) with K >= 1 targets and N >= 1 samples, got shape {Y.shape}")
     return Y
@@ -170,8 +162,8 @@ def scaled_closed_form_mse(Y, lam_w, lam_h, mode: str) -> float:
 # ---------------------------------------------------------------------------------------------- factored model
 
 def _check_WH(W, H, Y):
-    W = _float_array(W, "W", 2)
-    H = _float_array(H, "H", 2)
+    W = real_array(W, "W", 2)
+    H = real_array(H, "H", 2)
     Y = _check_Y(Y)
     if W.shape[0] != Y.shape[0] or H.shape[1] != Y.shape[1] or W.shape[1] != H.shape[0]:
         raise ValueError(f"W (K, d), H (d, N) and Y (K, N) disagree: W {W.shape}, H {H.shape}, Y {Y.shape}")
