@@ -1,0 +1,1 @@
+"""Kernels of the part "Inside trained networks" (``notebooks/network-structure/``)."""

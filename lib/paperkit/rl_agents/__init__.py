@@ -1,0 +1,1 @@
+"""Kernels of the part "Reinforcement learning and agents" (``notebooks/rl-agents/``)."""

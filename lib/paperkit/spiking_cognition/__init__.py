@@ -1,0 +1,1 @@
+"""Kernels of the part "Spiking and cognitive models" (``notebooks/spiking-cognition/``)."""
