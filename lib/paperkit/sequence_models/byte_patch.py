@@ -417,7 +417,8 @@ def train(model: nn.Module, data: np.ndarray, steps: int, batch: int, length: in
     """
     if p_fire is not None and p_fire != "uniform" and (isinstance(p_fire, str) or not 0 <= p_fire <= 1):
         raise ValueError(f"p_fire must be None, 'uniform' or in [0, 1], got {p_fire!r}")
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    # foreach: one multi-tensor update per step instead of a loop over parameters; the same arithmetic, faster
+    opt = torch.optim.Adam(model.parameters(), lr=lr, foreach=True)
     warm = max(1, steps // 10)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda t: min(1.0, (t + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, t / steps))))

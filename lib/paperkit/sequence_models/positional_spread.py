@@ -280,8 +280,12 @@ def train_encoder(task: str, pe_scale: float, *, L: int, vocab: int, steps: int,
 
 
 @torch.no_grad()
-def accuracy(model: MeanPoolEncoder, x: torch.Tensor, y: torch.Tensor, chunk: int = 4096) -> float:
-    """Fraction of sequences x (n, L) whose arg-max logit equals y (n,)."""
+def accuracy(model: MeanPoolEncoder, x: torch.Tensor, y: torch.Tensor, chunk: int = 512) -> float:
+    """Fraction of sequences x (n, L) whose arg-max logit equals y (n,).
+
+    Chunks of 512 sequences keep the (chunk, L, 4d) activations in cache: on the CPU they take about half the time
+    of 4096-sequence chunks for the same result (each sequence's logits do not depend on the others in its chunk).
+    """
     dev = next(model.parameters()).device
     hits = sum(int((model(x[i:i + chunk].to(dev)).argmax(1).cpu() == y[i:i + chunk]).sum())
                for i in range(0, len(x), chunk))
