@@ -1,7 +1,8 @@
 """Kernels of the Forward-Forward goodness chapter. ``ratio`` = baseline time / kernel time (> 1: the kernel is
 faster). The batched goodness (burstiness, entmax-weighted energy) against its one-row reference and, for
 burstiness, against scipy.stats.kurtosis (the library a user would pick); the sort-based 1.5-entmax against the
-bisection reference; the batched label scores against one label at a time.
+bisection reference; alpha-entmax by batched bisection against its one-row reference; sorted sparsemax against its
+one-row reference; the batched label scores against one label at a time.
 """
 from __future__ import annotations
 
@@ -31,6 +32,12 @@ def run(quick: bool = True) -> list[dict]:
     z = torch.tensor(rng.normal(size=(b, n)))
     r = speed_ratio(lambda: fg.entmax15(z), lambda: fg.entmax15_ref(z), repeats=reps)
     rows.append({"kernel": "ff_goodness.entmax15", "baseline": "ff_goodness.entmax15_ref", "ratio": round(r.ratio, 3),
+                 "shape": f"B={b}, n={n}", "work": f"{b} projections onto the simplex"})
+    r = speed_ratio(lambda: fg.entmax_bisect(z, 4.0), lambda: fg.entmax_bisect_ref(z, 4.0), repeats=reps)
+    rows.append({"kernel": "ff_goodness.entmax_bisect", "baseline": "ff_goodness.entmax_bisect_ref",
+                 "ratio": round(r.ratio, 3), "shape": f"B={b}, n={n}, alpha=4", "work": f"{b} alpha-entmax rows"})
+    r = speed_ratio(lambda: fg.sparsemax(z), lambda: fg.sparsemax_ref(z), repeats=reps)
+    rows.append({"kernel": "ff_goodness.sparsemax", "baseline": "ff_goodness.sparsemax_ref", "ratio": round(r.ratio, 3),
                  "shape": f"B={b}, n={n}", "work": f"{b} projections onto the simplex"})
     net = fg.FFNet(64, 128, 2, 10, torch.Generator().manual_seed(0))
     X = torch.rand(200 if quick else 1000, 64, generator=torch.Generator().manual_seed(1))

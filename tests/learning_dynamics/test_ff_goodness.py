@@ -1,5 +1,6 @@
 """paperkit.learning_dynamics.ff_goodness and ff_study: goodness functions against their references and scipy,
-1.5-entmax against bisection and its closed form, the FF loss against binary cross-entropy, the batched label scores
+1.5-entmax against bisection and its closed form, alpha-entmax by bisection against softmax, 1.5-entmax and
+sparsemax, sparsemax against its closed form, the FF loss against binary cross-entropy, the batched label scores
 against one label at a time, and the training loop on a task it must learn."""
 import math
 
@@ -179,3 +180,120 @@ def test_entmax_goodness_gradient_is_finite_on_sparse_rows():
     h = torch.tensor([[5.0, 0.0, 0.0, 0.1], [0.0, 0.0, 9.0, 0.0]], dtype=torch.float64, requires_grad=True)
     fg.goodness(h, "entmax15").sum().backward()
     assert torch.isfinite(h.grad).all()
+
+
+# ------------------------------------------------------------------------------------- alpha-entmax and sparsemax
+
+def _z(seed, b=25, n=11, dtype=torch.float64):
+    return torch.tensor(np.random.default_rng(seed).normal(size=(b, n)) * 3, dtype=dtype)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("alpha", [1.0, 1.25, 1.5, 2.0, 3.0, 4.0])
+def test_entmax_bisect_matches_reference_and_optimality(seed, alpha):
+    z = _z(seed)
+    p = fg.entmax_bisect(z, alpha)
+    np.testing.assert_allclose(p.numpy(), fg.entmax_bisect_ref(z, alpha), rtol=1e-9, atol=1e-10)
+    torch.testing.assert_close(p.sum(1), torch.ones(len(z), dtype=torch.float64))
+    if alpha > 1:
+        # p_i = [(alpha - 1) z_i - tau]_+^(1/(alpha - 1)): one tau per row on the support, none above it off it
+        x = (alpha - 1) * z
+        tau = x - p ** (alpha - 1)
+        for r in range(len(z)):
+            on = p[r] > 0
+            assert float(tau[r][on].max() - tau[r][on].min()) < 1e-8
+            assert bool((x[r][~on] <= tau[r][on][0] + 1e-12).all())
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_entmax_bisect_equals_closed_forms(seed):
+    z = _z(seed)
+    torch.testing.assert_close(fg.entmax_bisect(z, 1.5), fg.entmax15(z), rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(fg.entmax_bisect(z, 2.0), fg.sparsemax(z), rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(fg.entmax_bisect(z, 1.0), torch.softmax(z, 1))
+    # alpha -> 1 from above tends to softmax (the gap shrinks about linearly in alpha - 1)
+    gaps = [float((fg.entmax_bisect(z, 1 + d) - torch.softmax(z, 1)).abs().max()) for d in (1e-2, 1e-3)]
+    assert gaps[1] < 0.2 * gaps[0] and gaps[1] < 5e-3
+
+
+def test_entmax_gets_sparser_with_alpha():
+    z = _z(4, b=40, n=30)
+    support = [float((fg.entmax_bisect(z, a) > 0).sum(1).double().mean()) for a in (1.0, 1.25, 1.5, 2.0, 4.0, 8.0)]
+    assert support[0] == 30 and all(a >= b for a, b in zip(support, support[1:])) and support[-1] < support[1]
+
+
+@pytest.mark.parametrize("alpha", [1.25, 1.5, 2.0, 4.0])
+def test_entmax_bisect_gradient(alpha):
+    # gradcheck of the custom backward, and the same gradient as autograd through the sort-based forms
+    z = torch.tensor(np.random.default_rng(1).normal(size=(3, 6)), requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x: fg.entmax_bisect(x, alpha), (z,))
+    if alpha in (1.5, 2.0):
+        w = torch.tensor(np.random.default_rng(2).normal(size=(3, 6)))
+        ref = fg.entmax15 if alpha == 1.5 else fg.sparsemax
+        g1, = torch.autograd.grad((fg.entmax_bisect(z, alpha) * w).sum(), z)
+        g2, = torch.autograd.grad((ref(z) * w).sum(), z)
+        torch.testing.assert_close(g1, g2, rtol=1e-8, atol=1e-10)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_sparsemax_matches_reference_and_projection(seed):
+    z = _z(seed)
+    p = fg.sparsemax(z)
+    np.testing.assert_allclose(p.numpy(), fg.sparsemax_ref(z), rtol=1e-12, atol=1e-12)
+    # the Euclidean projection onto the simplex: no point of the simplex is closer to z
+    rng = np.random.default_rng(seed)
+    q = torch.tensor(rng.dirichlet(np.ones(z.shape[1]), size=(200,)))
+    for r in range(len(z)):
+        assert float(((p[r] - z[r]) ** 2).sum()) <= float(((q - z[r]) ** 2).sum(1).min()) + 1e-12
+
+
+def test_sparsemax_closed_form_two_entries():
+    # z = (d, 0): p = ((1 + d) / 2, (1 - d) / 2) for |d| < 1, one-hot beyond
+    for d in (-2.0, -0.6, 0.0, 0.3, 0.99, 1.5):
+        expect = [1.0, 0.0] if d >= 1 else [0.0, 1.0] if d <= -1 else [(1 + d) / 2, (1 - d) / 2]
+        np.testing.assert_allclose(fg.sparsemax(torch.tensor([[d, 0.0]], dtype=torch.float64))[0].numpy(), expect,
+                                   atol=1e-12)
+
+
+@pytest.mark.parametrize("alpha", [1.0, 1.25, 1.5, 2.0, 4.0])
+def test_entmax_goodness_matches_reference_and_limits(alpha):
+    h = _rows(5)
+    np.testing.assert_allclose(fg.goodness(h, "entmax", alpha=alpha).numpy(),
+                               fg.goodness_ref(h, "entmax", alpha=alpha), rtol=1e-9, atol=1e-10)
+    if alpha == 1.5:
+        torch.testing.assert_close(fg.goodness(h, "entmax", alpha=1.5), fg.goodness(h, "entmax15"))
+    # a weighted mean of h_i^2: between the mean of squares and the largest square
+    g = fg.goodness(h, "entmax", alpha=alpha)
+    assert bool((g <= (h * h).max(1).values + 1e-12).all())
+    if alpha == 1.0:
+        torch.testing.assert_close(g, (torch.softmax(h, 1) * h * h).sum(1))
+
+
+def test_entmax_goodness_gradient_is_finite_at_large_alpha():
+    h = torch.tensor([[5.0, 0.0, 0.0, 0.1], [0.0, 0.0, 9.0, 8.9999]], requires_grad=True)
+    fg.goodness(h, "entmax", alpha=4.0).sum().backward()
+    assert torch.isfinite(h.grad).all()
+
+
+def test_entmax_errors_name_the_argument():
+    z = _z(0)
+    for bad in (0.5, 9.0, True, float("nan")):
+        with pytest.raises(ValueError, match="alpha"):
+            fg.entmax_bisect(z, bad)
+    with pytest.raises(ValueError, match="alpha"):
+        fg.goodness(z, "entmax", alpha=0.9)
+    with pytest.raises(ValueError, match="n_iter"):
+        fg.entmax_bisect(z, 2.0, n_iter=0)
+    with pytest.raises(ValueError, match="z must be finite"):
+        fg.sparsemax(torch.full((2, 3), float("inf")))
+
+
+def test_entmax_goodness_trains_and_scores():
+    X, y = _toy(2, 300)
+    g = torch.Generator().manual_seed(0)
+    net = fg.FFNet(6, 16, 2, 4, g)
+    hist = fg.ff_train(net, X[:200], y[:200], "entmax", 0.5, 3, g, lr=3e-3, alpha=1.25)
+    assert all(math.isfinite(v) for v in hist)
+    torch.testing.assert_close(fg.ff_scores(net, X[200:], "entmax", alpha=1.25),
+                               fg.ff_scores_ref(net, X[200:], "entmax", alpha=1.25))
+    assert fs.conf_label(dict(kind="entmax", alpha=1.25, theta=0.5)) == "entmax a=1.25 th=0.5 lr=0.001"

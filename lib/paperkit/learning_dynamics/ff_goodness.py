@@ -13,6 +13,9 @@ Goodness functions (:func:`goodness`, ``kind``), per row ``h = (h_1, ..., h_n)``
 * ``"randk"``: energy of ``k`` fixed units ``units`` chosen at random once (energy of fewer units, no selection);
 * ``"entmax15"``: entmax-weighted energy ``sum_i p_i h_i^2`` with ``p = entmax_1.5(h)`` (:func:`entmax15`), a
   sparse weighting that concentrates on the peak units (our reading of "entmax-weighted energy");
+* ``"entmax"``: the same energy with ``p = entmax_alpha(h)`` for any ``alpha`` in [1, 8]: ``alpha = 1`` is softmax
+  (dense), ``alpha = 2`` sparsemax (:func:`sparsemax`), and the weights get sparser as ``alpha`` grows (exact
+  sort-based forms at 1.5 and 2, :func:`entmax_bisect` at other values);
 * ``"kurtosis"``: excess kurtosis ``m_4 / m_2^2 - 3`` of the ``n`` values of the row (central moments ``m_j``),
   the "burstiness"; it is unchanged when ``h`` is multiplied by ``c > 0``;
 * ``"moment6"``: standardised sixth moment ``m_6 / m_2^3 - 15`` (0 for a Gaussian), also scale-invariant.
@@ -24,7 +27,9 @@ all layers at once on minibatches (each layer's input detached, so every layer f
 :func:`ff_predict` labels an image by the label whose embedding gives the largest goodness summed over layers.
 
 Kernels (registered in ``KERNELS``): :func:`goodness` / :func:`goodness_ref` (one row at a time in NumPy),
-:func:`entmax15` (sort-based, exact) / :func:`entmax15_ref` (bisection on the threshold), :func:`ff_layer_loss` /
+:func:`entmax15` (sort-based, exact) / :func:`entmax15_ref` (bisection on the threshold), :func:`entmax_bisect`
+(any ``alpha``, batched bisection, exact gradient) / :func:`entmax_bisect_ref`, :func:`sparsemax` (sort-based) /
+:func:`sparsemax_ref`, :func:`ff_layer_loss` /
 :func:`ff_layer_loss_ref`, :func:`ff_scores` (all labels in one batch) / :func:`ff_scores_ref` (one label at a time).
 """
 from __future__ import annotations
@@ -35,7 +40,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-KINDS = ("sos", "mean", "topk", "randk", "entmax15", "kurtosis", "moment6")
+KINDS = ("sos", "mean", "topk", "randk", "entmax15", "entmax", "kurtosis", "moment6")
+ALPHA_MAX = 8.0
 EPS = 1e-12
 
 
@@ -53,9 +59,16 @@ def _check_h(h, name: str = "h") -> torch.Tensor:
     return h
 
 
-def _check_kind(kind: str, k: int, units, n: int):
+def _check_alpha(alpha):
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 1.0 <= alpha <= ALPHA_MAX:
+        raise ValueError(f"alpha must be a number in [1, {ALPHA_MAX:g}], got {alpha!r}")
+
+
+def _check_kind(kind: str, k: int, units, n: int, alpha: float = 1.5):
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    if kind == "entmax":
+        _check_alpha(alpha)
     if kind == "topk" and (isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= n):
         raise ValueError(f"k must be an integer in [1, {n}] for kind 'topk', got {k!r}")
     if kind == "randk":
@@ -104,16 +117,149 @@ def entmax15_ref(z: torch.Tensor) -> np.ndarray:
     return out
 
 
-def goodness(h: torch.Tensor, kind: str = "sos", k: int = 16, units: torch.Tensor | None = None) -> torch.Tensor:
+def _power(y, power):
+    """``y ** power`` for ``y >= 0``, by multiplications where ``power`` is 1, 2 or 4 (alpha = 2, 1.5, 1.25) and by a
+    square root where it is 1/2 (alpha = 3); ``pow`` otherwise (several times slower)."""
+    if power == 1:
+        return y
+    if power == 0.5:
+        return torch.sqrt(y)
+    if power == 2:
+        return y * y
+    if power == 4:
+        y2 = y * y
+        return y2 * y2
+    return y.pow(power)
+
+
+def sparsemax(z: torch.Tensor) -> torch.Tensor:
+    """Sparsemax (2-entmax) of each row of ``z`` (B, n): the Euclidean projection onto the simplex, ``p_i = [z_i -
+    tau]_+`` with ``tau = (sum_{j <= k} z_(j) - 1) / k`` over the ``k`` largest entries ``z_(1) >= z_(2) >= ...``,
+    ``k`` the largest with ``1 + k z_(k) > sum_{j <= k} z_(j)`` (Martins and Astudillo 2016). Differentiable by
+    autograd. (B, n)."""
+    return _sparsemax(_check_h(z, "z"))
+
+
+def _sparsemax(z):
+    zs = torch.sort(z, dim=1, descending=True).values
+    rho = torch.arange(1, z.shape[1] + 1, dtype=z.dtype)
+    cs = zs.cumsum(1)
+    support = (1 + rho * zs > cs).sum(dim=1, keepdim=True)
+    tau = (cs.gather(1, support - 1) - 1) / support.to(z.dtype)
+    return torch.relu(z - tau)
+
+
+def sparsemax_ref(z: torch.Tensor) -> np.ndarray:
+    """Reference for :func:`sparsemax`: the same closed form one row at a time in float64 with Python loops."""
+    z = _check_h(z, "z")
+    x = z.detach().to(torch.float64).numpy()
+    out = np.zeros_like(x)
+    for b in range(x.shape[0]):
+        zs, cs, tau = sorted(x[b], reverse=True), 0.0, 0.0
+        for k, v in enumerate(zs, start=1):
+            cs += v
+            if 1 + k * v > cs:
+                tau = (cs - 1) / k
+        out[b] = [max(v - tau, 0.0) for v in x[b]]
+    return out
+
+
+class _EntmaxBisect(torch.autograd.Function):
+    """alpha-entmax by bisection on ``tau`` (forward) with the exact Jacobian ``diag(s) - s s^T / sum(s)``,
+    ``s_i = p_i^(2 - alpha)`` on the support (backward; Peters, Niculae and Martins 2019)."""
+
+    @staticmethod
+    def forward(ctx, z, alpha, n_iter):
+        x = (alpha - 1) * (z - z.max(dim=1, keepdim=True).values)
+        power = 1 / (alpha - 1)
+        # sum_i [x_i - tau]_+^power is >= 1 at tau = -1 (the largest x_i is 0) and <= 1 at tau = -(1/n)^(alpha - 1)
+        lo = torch.full_like(x[:, :1], -1.0)
+        hi = torch.full_like(lo, -(1 / x.shape[1]) ** (alpha - 1))
+        for _ in range(n_iter):
+            mid = (lo + hi) / 2
+            big = _power(torch.relu(x - mid), power).sum(dim=1, keepdim=True) >= 1
+            lo, hi = torch.where(big, mid, lo), torch.where(big, hi, mid)
+        p = _power(torch.relu(x - lo), power)
+        p = p / p.sum(dim=1, keepdim=True)
+        ctx.save_for_backward(p)
+        ctx.alpha = alpha
+        return p
+
+    @staticmethod
+    def backward(ctx, grad):
+        (p,) = ctx.saved_tensors
+        # in float64: for alpha > 2 the exponent 2 - alpha is negative and s is large near the support's edge
+        pd = p.double()
+        s = torch.where(pd > 0, pd.clamp(min=1e-300).pow(2 - ctx.alpha), torch.zeros_like(pd))
+        gs = grad.double() * s
+        dz = gs - s * gs.sum(dim=1, keepdim=True) / s.sum(dim=1, keepdim=True)
+        return dz.to(grad.dtype), None, None
+
+
+def entmax_bisect(z: torch.Tensor, alpha: float = 1.5, n_iter: int | None = None) -> torch.Tensor:
+    """alpha-entmax of each row of ``z`` (B, n) for any ``alpha`` in [1, 8]: ``p_i = [(alpha - 1) z_i - tau]_+^(1 /
+    (alpha - 1))`` with ``tau`` such that ``sum p = 1`` (Peters, Niculae and Martins 2019), ``tau`` found by
+    ``n_iter`` halvings of a bracket of width below 1 (None: 25 for float32, 54 for float64, the dtype's
+    resolution), then the row is renormalised. ``alpha = 1`` is softmax (the limit ``alpha -> 1``), ``alpha = 1.5``
+    is :func:`entmax15`, ``alpha = 2`` :func:`sparsemax`. Differentiable, with the exact entmax Jacobian. (B, n)."""
+    z = _check_h(z, "z")
+    _check_alpha(alpha)
+    if n_iter is not None and (isinstance(n_iter, bool) or not isinstance(n_iter, int) or not 1 <= n_iter <= 200):
+        raise ValueError(f"n_iter must be None or an integer in [1, 200], got {n_iter!r}")
+    if alpha == 1:
+        return torch.softmax(z, dim=1)
+    return _EntmaxBisect.apply(z, float(alpha), n_iter or (25 if z.dtype == torch.float32 else 54))
+
+
+def _entmax(z, alpha):
+    """alpha-entmax for the ``"entmax"`` goodness: the exact sort-based forms at alpha = 1.5 and 2, softmax at 1,
+    :func:`entmax_bisect` otherwise."""
+    if alpha == 1.5:
+        return _entmax15(z)
+    if alpha == 2:
+        return _sparsemax(z)
+    if alpha == 1:
+        return torch.softmax(z, dim=1)
+    return _EntmaxBisect.apply(z, float(alpha), 25 if z.dtype == torch.float32 else 54)
+
+
+def entmax_bisect_ref(z: torch.Tensor, alpha: float = 1.5, n_iter: int | None = None) -> np.ndarray:
+    """Reference for :func:`entmax_bisect`: for each row, in float64 NumPy, 200 halvings of ``tau`` until
+    ``sum_i [(alpha - 1) z_i - tau]_+^(1 / (alpha - 1)) = 1``; ``alpha = 1`` by ``exp(z - max z) / sum``.
+    ``n_iter`` is accepted for the signature and not used."""
+    z = _check_h(z, "z")
+    _check_alpha(alpha)
+    x = z.detach().to(torch.float64).numpy()
+    out = np.zeros_like(x)
+    for b in range(x.shape[0]):
+        row = x[b] - x[b].max()
+        if alpha == 1:
+            out[b] = np.exp(row) / np.exp(row).sum()
+            continue
+        row = (alpha - 1) * row
+        lo, hi = -1.0, 0.0
+        for _ in range(200):
+            mid = (lo + hi) / 2
+            if (np.maximum(row - mid, 0) ** (1 / (alpha - 1))).sum() >= 1:
+                lo = mid
+            else:
+                hi = mid
+        out[b] = np.maximum(row - lo, 0) ** (1 / (alpha - 1))
+    return out
+
+
+def goodness(h: torch.Tensor, kind: str = "sos", k: int = 16, units: torch.Tensor | None = None,
+             alpha: float = 1.5) -> torch.Tensor:
     """Goodness ``G(h)`` of each row of the layer activity ``h`` (B, n); ``kind`` as in the module docstring,
-    ``k`` the number of peak units of ``"topk"``, ``units`` the fixed unit indices of ``"randk"``. Returns (B,).
-    Differentiable by autograd. Central moments of a row with no spread are divided by ``m_2 + 1e-12``."""
+    ``k`` the number of peak units of ``"topk"``, ``units`` the fixed unit indices of ``"randk"``, ``alpha`` the
+    entmax parameter of ``"entmax"``. Returns (B,). Differentiable by autograd. Central moments of a row with no
+    spread are divided by ``m_2 + 1e-12``."""
     h = _check_h(h)
-    _check_kind(kind, k, units, h.shape[1])
-    return _goodness(h, kind, k, units)
+    _check_kind(kind, k, units, h.shape[1], alpha)
+    return _goodness(h, kind, k, units, alpha)
 
 
-def _goodness(h, kind, k, units):
+def _goodness(h, kind, k, units, alpha=1.5):
     """:func:`goodness` without the argument checks (the training loop's inner call)."""
     if kind == "sos":
         return (h * h).sum(1)
@@ -125,6 +271,8 @@ def _goodness(h, kind, k, units):
         return (h[:, units] ** 2).sum(1)
     if kind == "entmax15":
         return (_entmax15(h) * h * h).sum(1)
+    if kind == "entmax":
+        return (_entmax(h, alpha) * h * h).sum(1)
     d = h - h.mean(1, keepdim=True)
     d2 = d * d
     m2 = d2.mean(1) + EPS
@@ -133,11 +281,12 @@ def _goodness(h, kind, k, units):
     return (d2 * d2 * d2).mean(1) / (m2 * m2 * m2) - 15.0
 
 
-def goodness_ref(h: torch.Tensor, kind: str = "sos", k: int = 16, units: torch.Tensor | None = None) -> np.ndarray:
+def goodness_ref(h: torch.Tensor, kind: str = "sos", k: int = 16, units: torch.Tensor | None = None,
+                 alpha: float = 1.5) -> np.ndarray:
     """Reference for :func:`goodness`: one row at a time in float64 NumPy with plain loops over the units
-    (top-k by a full sort, entmax by :func:`entmax15_ref`)."""
+    (top-k by a full sort, entmax by :func:`entmax15_ref` and :func:`entmax_bisect_ref`)."""
     h = _check_h(h)
-    _check_kind(kind, k, units, h.shape[1])
+    _check_kind(kind, k, units, h.shape[1], alpha)
     x = h.detach().to(torch.float64).numpy()
     out = np.zeros(x.shape[0])
     for b in range(x.shape[0]):
@@ -151,8 +300,9 @@ def goodness_ref(h: torch.Tensor, kind: str = "sos", k: int = 16, units: torch.T
             out[b] = sum(sorted(row * row, reverse=True)[:k])
         elif kind == "randk":
             out[b] = sum(row[i] ** 2 for i in units.tolist())
-        elif kind == "entmax15":
-            p = entmax15_ref(torch.tensor(row[None]))[0]
+        elif kind in ("entmax15", "entmax"):
+            p = (entmax15_ref(torch.tensor(row[None])) if kind == "entmax15"
+                 else entmax_bisect_ref(torch.tensor(row[None]), alpha))[0]
             out[b] = sum(p[i] * row[i] ** 2 for i in range(n))
         else:
             mu = sum(row) / n
@@ -238,14 +388,14 @@ class FFNet(torch.nn.Module):
 
 def ff_train(net: FFNet, X: torch.Tensor, y: torch.Tensor, kind: str, theta: float, epochs: int,
              generator: torch.Generator, k: int = 16, units: torch.Tensor | None = None, lr: float = 1e-3,
-             batch: int = 64) -> list[float]:
+             batch: int = 64, alpha: float = 1.5) -> list[float]:
     """Train ``net`` by FF on images ``X`` (N, d_in) with labels ``y`` (N,): per minibatch, positives are
     ``(x, y)``, negatives ``(x, y')`` with ``y'`` a uniformly drawn wrong label, and the summed per-layer losses
-    :func:`ff_layer_loss` of goodness ``kind`` are minimised by Adam (learning rate ``lr``). Returns the mean loss
-    per epoch."""
+    :func:`ff_layer_loss` of goodness ``kind`` (``k``, ``units``, ``alpha`` as in :func:`goodness`) are minimised by
+    Adam (learning rate ``lr``). Returns the mean loss per epoch."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
-    _check_kind(kind, k, units, net.lins[0].out_features)
+    _check_kind(kind, k, units, net.lins[0].out_features, alpha)
     _check_h(X, "X")
     opt = torch.optim.Adam(net.parameters(), lr=lr, foreach=True)
     n, C = len(y), net.n_classes
@@ -259,7 +409,7 @@ def ff_train(net: FFNet, X: torch.Tensor, y: torch.Tensor, kind: str, theta: flo
             z = torch.cat([net.embed(X[idx], y[idx]), net.embed(X[idx], wrong[idx])])
             loss = 0.0
             for h in net.layer_outputs(z):
-                g = _goodness(h, kind, k, units)
+                g = _goodness(h, kind, k, units, alpha)
                 loss = loss + _layer_loss(g[:len(idx)], g[len(idx):], theta)
             opt.zero_grad()
             loss.backward()
@@ -269,7 +419,7 @@ def ff_train(net: FFNet, X: torch.Tensor, y: torch.Tensor, kind: str, theta: flo
     return hist
 
 
-def _check_scores(net, X, kind, k, units):
+def _check_scores(net, X, kind, k, units, alpha):
     if not isinstance(net, FFNet):
         raise TypeError(f"net must be an FFNet, got {type(net).__name__}")
     X = _check_h(X, "X")
@@ -277,38 +427,39 @@ def _check_scores(net, X, kind, k, units):
         raise ValueError(f"X must have {net.lins[0].in_features - net.n_classes} columns, got {X.shape[1]}")
     if X.dtype != net.lins[0].weight.dtype:
         raise TypeError(f"X must have the network's dtype {net.lins[0].weight.dtype}, got {X.dtype}")
-    _check_kind(kind, k, units, net.lins[0].out_features)
+    _check_kind(kind, k, units, net.lins[0].out_features, alpha)
     return X
 
 
 @torch.no_grad()
 def ff_scores(net: FFNet, X: torch.Tensor, kind: str, k: int = 16, units: torch.Tensor | None = None,
-              skip_first: bool = False) -> torch.Tensor:
+              skip_first: bool = False, alpha: float = 1.5) -> torch.Tensor:
     """Goodness summed over layers (from the second when ``skip_first``) for every image of ``X`` (N, d_in)
     paired with every label: (N, n_classes); all labels in one batch of N * n_classes rows."""
-    X = _check_scores(net, X, kind, k, units)
+    X = _check_scores(net, X, kind, k, units, alpha)
     N, C = X.shape[0], net.n_classes
     labels = torch.arange(C).repeat(N)
     hs = net.layer_outputs(net.embed(X.repeat_interleave(C, 0), labels))
-    tot = sum(_goodness(h, kind, k, units) for h in hs[int(skip_first):])
+    tot = sum(_goodness(h, kind, k, units, alpha) for h in hs[int(skip_first):])
     return tot.reshape(N, C)
 
 
 @torch.no_grad()
 def ff_scores_ref(net: FFNet, X: torch.Tensor, kind: str, k: int = 16, units: torch.Tensor | None = None,
-                  skip_first: bool = False) -> torch.Tensor:
+                  skip_first: bool = False, alpha: float = 1.5) -> torch.Tensor:
     """Reference for :func:`ff_scores`: one label at a time."""
-    X = _check_scores(net, X, kind, k, units)
+    X = _check_scores(net, X, kind, k, units, alpha)
     cols = []
     for c in range(net.n_classes):
         hs = net.layer_outputs(net.embed(X, torch.full((X.shape[0],), c, dtype=torch.int64)))
-        cols.append(sum(goodness(h, kind, k, units) for h in hs[int(skip_first):]))
+        cols.append(sum(goodness(h, kind, k, units, alpha) for h in hs[int(skip_first):]))
     return torch.stack(cols, 1) if cols else torch.zeros(X.shape[0], 0, dtype=X.dtype)
 
 
-def ff_predict(net: FFNet, X: torch.Tensor, kind: str, k: int = 16, units: torch.Tensor | None = None) -> torch.Tensor:
+def ff_predict(net: FFNet, X: torch.Tensor, kind: str, k: int = 16, units: torch.Tensor | None = None,
+               alpha: float = 1.5) -> torch.Tensor:
     """Predicted labels (N,): the label of largest summed goodness (:func:`ff_scores`)."""
-    return ff_scores(net, X, kind, k, units).argmax(1)
+    return ff_scores(net, X, kind, k, units, alpha=alpha).argmax(1)
 
 
 # ----------------------------------------------------------------------------------------------------- registry
@@ -317,6 +468,8 @@ def _h_inputs(kind):
     def make(rng, size):
         h = torch.tensor(np.maximum(rng.normal(size=(size, 12)), 0) + 0.05 * rng.random((size, 12)))
         kw = {"h": h, "kind": kind, "k": 4}
+        if kind == "entmax":
+            kw["alpha"] = 1.25
         if kind == "randk":
             kw["units"] = torch.tensor([0, 3, 7, 11])
         return kw
@@ -325,6 +478,10 @@ def _h_inputs(kind):
 
 def _z_inputs(rng, size):
     return {"z": torch.tensor(rng.normal(size=(size, 9)) * 2)}
+
+
+def _zalpha_inputs(rng, size):
+    return {"z": torch.tensor(rng.normal(size=(size, 9)) * 2), "alpha": float(rng.choice([1.0, 1.25, 2.0, 4.0]))}
 
 
 def _loss_inputs(rng, size):
@@ -355,6 +512,19 @@ def _registry():
                tol={"float64": (1e-9, 1e-10), "float32": (1e-4, 1e-5)}, benchmark="ff_goodness.entmax15",
                oracle="the optimality conditions of 1.5-entmax (sum to one, p_i = [z_i/2 - tau]_+^2); closed form "
                       "for two entries"),
+        Kernel("ff_goodness.entmax_bisect", entmax_bisect, entmax_bisect_ref, _zalpha_inputs,
+               Contract(args=(Arg("z", ndim=2),), empty="value", empty_value=lambda kw: np.zeros((0, 9)),
+                        shapes="z: (B, n); returns (B, n), rows on the simplex"),
+               # float32: at alpha > 2, p = y^(1/(alpha - 1)) magnifies the threshold's rounding near the support's edge
+               tol={"float64": (1e-9, 1e-10), "float32": (1e-3, 1e-3)}, benchmark="ff_goodness.entmax_bisect",
+               oracle="sort-based 1.5-entmax (entmax15) at alpha = 1.5; the sort-based sparsemax closed form at "
+                      "alpha = 2; softmax at alpha = 1 and as the limit alpha -> 1"),
+        Kernel("ff_goodness.sparsemax", sparsemax, sparsemax_ref, _z_inputs,
+               Contract(args=(Arg("z", ndim=2),), empty="value", empty_value=lambda kw: np.zeros((0, 9)),
+                        shapes="z: (B, n); returns (B, n), rows on the simplex"),
+               tol={"float64": (1e-10, 1e-12), "float32": (1e-5, 1e-6)}, benchmark="ff_goodness.sparsemax",
+               oracle="the Euclidean projection onto the simplex (closed form for two entries); entmax_bisect at "
+                      "alpha = 2"),
         Kernel("ff_goodness.ff_layer_loss", ff_layer_loss, ff_layer_loss_ref, _loss_inputs,
                Contract(args=(Arg("gp", ndim=1, scale=True), Arg("gn", ndim=1, same_dtype_as="gp", scale=True)),
                         empty="error", shapes="gp: (B,), gn: (B',); returns a 0-d tensor"),

@@ -3,7 +3,8 @@ configuration on a stratified split of real digits, and the baselines it is comp
 backprop MLP of the same shape on the same split).
 
 A configuration is a dict with ``kind`` (a goodness of :mod:`paperkit.learning_dynamics.ff_goodness`), ``theta``
-(the FF threshold), and optionally ``lr`` (Adam, default 1e-3) and ``k`` (units of top-k / random-k).
+(the FF threshold), and optionally ``lr`` (Adam, default 1e-3), ``k`` (units of top-k / random-k) and ``alpha``
+(the entmax parameter of kind ``"entmax"``, default 1.5).
 """
 from __future__ import annotations
 
@@ -40,16 +41,16 @@ def run_ff(split, conf: dict, *, width: int, layers: int, epochs: int, seed: int
     g = torch.Generator().manual_seed(seed)
     net = fg.FFNet(Xtr.shape[1], width, layers, 10, g, normalize=normalize)
     units = torch.randperm(width, generator=g)[:conf.get("k", 16)]
-    k = conf.get("k", 16)
+    k, alpha = conf.get("k", 16), conf.get("alpha", 1.5)
     hist = fg.ff_train(net, Xtr, ytr, conf["kind"], conf["theta"], epochs, g, k=k, units=units,
-                       lr=conf.get("lr", 1e-3))
-    acc = accuracy(net, Xte, yte, conf["kind"], k, units)
+                       lr=conf.get("lr", 1e-3), alpha=alpha)
+    acc = accuracy(net, Xte, yte, conf["kind"], k, units, alpha=alpha)
     return {"acc": acc, "net": net, "units": units, "loss": hist, "k": k}
 
 
-def accuracy(net, X, y, kind, k, units, scale: float = 1.0) -> float:
+def accuracy(net, X, y, kind, k, units, scale: float = 1.0, alpha: float = 1.5) -> float:
     """Test accuracy of :func:`~paperkit.learning_dynamics.ff_goodness.ff_predict` on images ``X * scale``."""
-    return float((fg.ff_predict(net, X * scale, kind, k, units) == y).float().mean())
+    return float((fg.ff_predict(net, X * scale, kind, k, units, alpha) == y).float().mean())
 
 
 def logistic_baseline(split) -> float:
@@ -107,8 +108,10 @@ def shuffled_copy(net, generator: torch.Generator):
 
 
 def conf_label(conf: dict) -> str:
-    """A short label of a configuration, e.g. ``'sos th=0.5 lr=0.003'`` or ``'topk k=8 th=0.5 lr=0.003'``."""
+    """A short label of a configuration, e.g. ``'sos th=0.5 lr=0.003'``, ``'topk k=8 th=0.5 lr=0.003'`` or
+    ``'entmax a=2 th=0.5 lr=0.003'``."""
     k = f" k={conf['k']}" if conf["kind"] in ("topk", "randk") else ""
+    k += f" a={conf.get('alpha', 1.5):g}" if conf["kind"] == "entmax" else ""
     return f"{conf['kind']}{k} th={conf['theta']:g} lr={conf.get('lr', 1e-3):g}"
 
 
