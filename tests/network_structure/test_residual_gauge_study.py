@@ -94,3 +94,12 @@ def test_adam_transport_with_all_plus_signs_ties():
     batches = [st.latent_class_batch(rng, bigram, 8, 12, 0.5)[0] for _ in range(5)]
     out = st.adam_transport(model, perm, np.ones(8), batches[:2], batches[2:], 1e-2, 0.0)
     np.testing.assert_allclose(out["signed"], out["perm"], atol=1e-12)
+
+
+def test_float32_rounded_signed_transport_stays_near_the_original_trajectory():
+    model, rng, bigram = _trained("rms", steps=5)
+    perm, signs = rg.random_signed_perm(rng, 8, 0.5)
+    batches = [st.latent_class_batch(rng, bigram, 8, 12, 0.5)[0] for _ in range(8)]
+    out = st.adam_transport(model, perm, signs, batches[:3], batches[3:], 1e-2, 0.01)
+    assert 0 < out["rounded"].max() < 1e-3 * out["perm"][-1]
+    assert set(out) == {"start", "signed", "perm", "rounded", "reset"}

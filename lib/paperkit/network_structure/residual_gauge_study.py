@@ -301,8 +301,9 @@ def adam_transport(model: nn.Module, perm, signs, warm_batches, batches, lr: flo
 
     A copy of ``model`` trains on ``warm_batches`` (to fill AdamW's moments), is gauged by T = (perm, signs), and
     every variant then trains on ``batches``: the original chart (the reference trajectory), and the gauged copy
-    with its moments moved ``signed`` (m by T, v by |T|), ``perm`` (m and v by |T|: signs dropped) or ``reset``
-    (fresh AdamW). Returns, per variant, ``dist`` (steps,): the distance of its parameters, mapped back by T^T, to
+    with its moments moved ``signed`` (m by T, v by |T|), ``perm`` (m and v by |T|: signs dropped), ``rounded``
+    (signed, then every moment rounded to float32 and back: a state error of about 6e-8 relative, the control for
+    "any state error drifts this far") or ``reset`` (fresh AdamW). Returns, per variant, ``dist`` (steps,): the distance of its parameters, mapped back by T^T, to
     the reference's at each step, over the distance the reference has moved by the last step; ``start``: the
     relative logit deviation of the gauged copy from the original before resuming (0: functionally identical).
     """
@@ -314,11 +315,15 @@ def adam_transport(model: nn.Module, perm, signs, warm_batches, batches, lr: flo
     T_inv = signed_perm_tensor(inv_p, inv_s, torch.float64)
     state, A0 = adam_state(opt_a, A), copy.deepcopy(A)
     runs = {}
-    for mode in ("signed", "perm", "reset"):
+    for mode in ("signed", "perm", "rounded", "reset"):
         B = gauge_model(A0, T, perm)
         opt = torch.optim.AdamW(B.parameters(), lr=lr, weight_decay=weight_decay)
         if mode != "reset":
-            load_adam_state(opt, B, transport_adam_state(state, T if mode == "signed" else T.abs(), perm))
+            moved = transport_adam_state(state, T.abs() if mode == "perm" else T, perm)
+            if mode == "rounded":
+                moved = {k: {n: t.float().double() if k != "step" else t for n, t in v.items()}
+                         for k, v in moved.items()}
+            load_adam_state(opt, B, moved)
         runs[mode] = (B, opt)
     start = model_deviation(A0, runs["perm"][0], warm_batches[0])
     ref = []
