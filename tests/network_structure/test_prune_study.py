@@ -50,3 +50,32 @@ def test_layer_study_finds_nothing_for_wanda_and_finds_the_hidden_controls(synth
     assert s["e1_ctrl"] == pytest.approx(10 / 68)  # half of the 20 columns, over 48 + 20 lines
     assert s["t2_ctrl"] == 10
     assert s["group_recovery"] == 1.0
+
+
+def test_uncut_wanda_with_a_zero_column_on_the_short_side_gains_one_row_more_than_dense():
+    """A faint input that Wanda prunes in every row is a zero column of the short side: it lowers the rank by one,
+    so the left singular basis zeroes one row more of the pruned than of the dense layer (Delta differs by 1/(n+m));
+    the cut study (E2) sees no difference."""
+    rng = np.random.default_rng(3)
+    W = rng.normal(size=(48, 24))
+    X_in = np.abs(rng.normal(size=(200, 24)))
+    X_in[:, 5] *= 1e-4                              # live, but far fainter than every other input
+    L = ps.layer_study(W, X_in, rng, matrices=("Wanda", ps.UNCUT, "hidden lines", "hidden groups", "row-shuffled Wanda"))
+    assert L["shape"] == (48, 24) and L["visible"]["Wanda"] == pytest.approx(1 / 72)
+    s = ps.summarise({"layers": [L]})
+    assert s["e2u"] == pytest.approx(1 / 72) and s["e2u_where"] == (0, "SVD basis, left")
+    assert s["e2"] == 0 and s["t1"] == 0 and s["bound"] == 0
+
+
+def test_block_gain_counts_the_zeros_gathered_into_aligned_blocks():
+    """Columns zero in the same rows, spread apart: the Hungarian grouping puts them in one aligned block."""
+    rng = np.random.default_rng(4)
+    W = rng.normal(size=(40, 16))
+    X_in = np.abs(rng.normal(size=(100, 16))) + 0.5
+    L = ps.layer_study(W, X_in, rng, matrices=("Wanda", "hidden lines", "hidden groups", "row-shuffled Wanda"))
+    s = ps.summarise({"layers": [L]})
+    assert 0 <= s["block_gain"] <= 1 and 0 <= s["block_gain_null"] <= 1
+    Zc = np.zeros((6, 8), dtype=bool)
+    Zc[:3, [0, 2, 4, 6]] = True                     # four columns zero in the first three rows, not adjacent
+    perm = ps.pt.hungarian_group_perm(Zc, 4)
+    assert ps.pt.zero_groups(Zc, 4) == 0 and ps.pt.zero_groups(Zc[:, perm], 4) == 3

@@ -15,6 +15,9 @@ from paperkit.network_structure import prune_transforms as pt
 from paperkit.training import AdamCosine
 
 MASKS = ("dense", "Wanda", "magnitude", "hidden lines", "hidden groups", "row-shuffled Wanda")
+UNCUT = "Wanda, uncut"
+"""A name :func:`layer_study` accepts in ``matrices`` beside :data:`MASKS`: the Wanda matrix as the mask leaves it,
+its zero lines kept, against the whole dense layer (the paper's comparison, Delta on the pruned matrix)."""
 
 
 def mnist16(X: np.ndarray) -> np.ndarray:
@@ -114,7 +117,8 @@ def _family_rows(A: np.ndarray, fixed: dict, group: int, tau: float, tol: float)
         out[tname] = {"side": side, "s": (zr + zc) / (n + m), "gain": (zr + zc) / (n + m) - base,
                       "s_soft": soft, "gain_soft": soft - base_soft, "zero_rows": zr, "zero_cols": zc,
                       "rank": rank, "forced": pt.rank_forced((n, m), side, rank),
-                      "groups": pt.zero_groups(Z, group), "group_bound": pt.zero_group_bound(Z, group)}
+                      "groups": pt.zero_groups(Z, group), "group_bound": pt.zero_group_bound(Z, group),
+                      "zeros": int(Z.sum())}
     return out
 
 
@@ -136,7 +140,8 @@ def layer_study(W: np.ndarray, X_in: np.ndarray, rng: np.random.Generator, spars
     ``s_soft`` (lines removable at relative Frobenius error ``tau``) and ``gain_soft``, the same four for ``T(D)``
     (``dense_*``), zero lines, rank, the rank-forced count (``dense_forced``: for the full-rank dense cut, which is
     zero exactly for the transforms that cannot create zero lines in a full-rank matrix), zero groups and their
-    bound. ``matrices``: the subset of :data:`MASKS` to pass through the family."""
+    bound. ``matrices``: the subset of :data:`MASKS` to pass through the family, and :data:`UNCUT` for the Wanda
+    matrix with its zero lines kept, against the whole dense layer."""
     act_norm = np.linalg.norm(X_in, axis=0)
     live = act_norm > 0
     extra = int(live.sum()) % group                   # keep a multiple of `group` columns: drop the faintest
@@ -148,9 +153,12 @@ def layer_study(W: np.ndarray, X_in: np.ndarray, rng: np.random.Generator, spars
     rows, visible, shapes = [], {}, {}
     for name, P in mats.items():
         visible[name] = pt.structured_share(P, tol=0.0)
-    for name, P in ((k, mats[k]) for k in matrices):
+    for name in matrices:
+        P = mats["Wanda" if name == UNCUT else name]
         r_keep, c_keep = np.abs(P).max(1) > 0, np.abs(P).max(0) > 0
-        if name != "dense" and (~c_keep).sum() % group:            # drop whole groups of columns only
+        if name == UNCUT:
+            r_keep, c_keep = np.ones(n, dtype=bool), np.ones(m, dtype=bool)
+        elif name != "dense" and (~c_keep).sum() % group:            # drop whole groups of columns only
             c_keep[np.flatnonzero(c_keep)[:(c_keep.sum() % group)]] = False
         Pr, Dr = P[r_keep][:, c_keep], W[r_keep][:, c_keep]
         shapes[name] = Pr.shape
@@ -205,7 +213,7 @@ def network_study(X: np.ndarray, y: np.ndarray, rng: np.random.Generator, tgen: 
             "weights": weights, "biases": biases}
 
 
-def summarise(net: dict) -> dict:
+def summarise(net: dict, group: int = 4) -> dict:
     """The numbers the chapter's checks read from one :func:`network_study`, maxima over the four layers:
 
     * ``e1``/``e1_ctrl``: largest gain of exact structured share over the matrix itself, over the transforms that
@@ -214,20 +222,28 @@ def summarise(net: dict) -> dict:
     * ``e3``/``e3_ctrl``: largest soft-share gain of ``T(P)`` minus that of ``T(D)``;
     * ``t1``: largest violation of the permutation identities (zero lines moved by a permutation, zero groups over
       their bound), every matrix; ``t1_ctrl``: largest change of the zero-line count by a non-permutation transform;
-    * ``t2``/``t2_ctrl``: largest rank deficit ``min(n, m) - rank`` of the Wanda / hidden-lines matrices;
-    * ``bound``: largest excess of zero lines over the rank-forced count, every matrix and transform;
+    * ``e2u``: largest ``Delta_T(P) - Delta_T(D)`` (gains over the matrix itself) for the uncut Wanda matrix against
+      the whole dense layer (:data:`UNCUT`; ``nan`` if not studied), ``e2u_where`` its (layer, transform);
+    * ``e3_null``: ``e3`` for the row-shuffled Wanda null;
+    * ``block_gain``/``block_gain_null``: largest rise, by our Hungarian column grouping, of the share of the zeros
+      that lie in aligned all-zero 1 x ``group`` blocks, Wanda (cut) / row-shuffled Wanda;
+    * ``t2``/``t2_ctrl``/``t2_uncut``: largest rank deficit ``min(n, m) - rank`` of the Wanda / hidden-lines /
+      uncut Wanda matrices;
+    * ``bound``: largest excess of zero lines over the rank-forced count on the side a transform mixes (over the
+      matrix's own count on a side it leaves unmixed), every matrix and transform;
     * ``corr_excess`` (and for the magnitude mask and the hidden-groups control): mean |row correlation| of the
       mask minus that of its row-shuffled null;
     * ``erank``/``erank_ctrl``: smallest effective rank of the Wanda matrix over the dense one's / largest for the
-      hidden-lines control;
+      hidden-lines control; ``erank_mag``: the smallest for the magnitude matrix;
     * ``group_recovery``: zero groups after our Hungarian search over their bound, hidden-groups control (min);
       ``group_gain``: Hungarian zero groups over the identity's, Wanda and row-shuffled Wanda (max).
     """
     out = {k: 0.0 for k in ("e1", "e1_ctrl", "e2", "e2_ctrl", "e3", "e3_ctrl", "t1", "t1_ctrl", "t2", "t2_ctrl",
                             "bound")}
     out.update(corr_excess=-1.0, corr_excess_mag=-1.0, corr_excess_ctrl=np.inf, group_recovery=np.inf,
-               group_gain=0.0, group_gain_null=0.0, erank=np.inf, erank_ctrl=0.0)
-    for L in net["layers"]:
+               group_gain=0.0, group_gain_null=0.0, erank=np.inf, erank_ctrl=0.0, erank_mag=np.inf,
+               e2u=-np.inf, e2u_where=None, t2_uncut=0.0, e3_null=0.0, block_gain=0.0, block_gain_null=0.0)
+    for li, L in enumerate(net["layers"]):
         rows = L["rows"]
         by = {(r["matrix"], r["transform"]): r for r in rows}
         for r in rows:
@@ -239,15 +255,25 @@ def summarise(net: dict) -> dict:
                 out[k2] = max(out[k2], abs(r["s"] - r["dense_s"]))
                 k3 = "e3" if mat == "Wanda" else "e3_ctrl"
                 out[k3] = max(out[k3], r["gain_soft"] - r["dense_gain_soft"])
+            if mat == UNCUT:
+                d = r["gain"] - r["dense_gain"]
+                if d > out["e2u"]:
+                    out["e2u"], out["e2u_where"] = d, (li, r["transform"])
+            elif mat == "row-shuffled Wanda":
+                out["e3_null"] = max(out["e3_null"], r["gain_soft"] - r["dense_gain_soft"])
             ident = by[(mat, "identity")]
             moved = abs(r["zero_rows"] + r["zero_cols"] - ident["zero_rows"] - ident["zero_cols"])
             if r["side"] == "perm":
                 out["t1"] = max(out["t1"], moved, r["groups"] - r["group_bound"])
             elif mat == "Wanda":
                 out["t1_ctrl"] = max(out["t1_ctrl"], moved)
-            out["bound"] = max(out["bound"], max(r["zero_rows"] - (r["forced"] if r["side"] in ("left", "both") else 0),
-                                                 r["zero_cols"] - (r["forced"] if r["side"] in ("right", "both") else 0)))
-        for mat, key in (("Wanda", "t2"), ("hidden lines", "t2_ctrl")):
+            # a mixed side holds at most the rank-forced count; an unmixed side keeps the zero lines it had
+            out["bound"] = max(out["bound"],
+                               r["zero_rows"] - (r["forced"] if r["side"] in ("left", "both") else ident["zero_rows"]),
+                               r["zero_cols"] - (r["forced"] if r["side"] in ("right", "both") else ident["zero_cols"]))
+        for mat, key in (("Wanda", "t2"), ("hidden lines", "t2_ctrl"), (UNCUT, "t2_uncut")):
+            if (mat, "identity") not in by:
+                continue
             r = by[(mat, "identity")]
             n, m = L["shapes"][mat]
             out[key] = max(out[key], min(n, m) - r["rank"])
@@ -259,6 +285,12 @@ def summarise(net: dict) -> dict:
         out["group_recovery"] = min(out["group_recovery"], hg["groups"] / max(hg["group_bound"], 1))
         for mat, key in (("Wanda", "group_gain"), ("row-shuffled Wanda", "group_gain_null")):
             out[key] = max(out[key], by[(mat, "Hungarian grouping")]["groups"] / max(by[(mat, "identity")]["groups"], 1))
+        for mat, key in (("Wanda", "block_gain"), ("row-shuffled Wanda", "block_gain_null")):
+            h, i0 = by[(mat, "Hungarian grouping")], by[(mat, "identity")]
+            out[key] = max(out[key], group * (h["groups"] - i0["groups"]) / max(i0["zeros"], 1))
         out["erank"] = min(out["erank"], L["erank"]["Wanda"] / L["erank"]["dense"])
         out["erank_ctrl"] = max(out["erank_ctrl"], L["erank"]["hidden lines"] / L["erank"]["dense"])
+        out["erank_mag"] = min(out["erank_mag"], L["erank"]["magnitude"] / L["erank"]["dense"])
+    if out["e2u_where"] is None:
+        out["e2u"] = float("nan")
     return out
