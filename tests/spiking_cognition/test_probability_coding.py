@@ -186,3 +186,28 @@ def test_split_stimuli_and_paired_bound():
     assert mean < 0 and upper < 0 and upper > mean
     with pytest.raises(ValueError, match="kind"):
         ps.Fit("nonsense", 1, 4, 4, 20, np.linspace(0, 1, 10))
+
+
+def test_weighting_noise_that_narrows_toward_the_bounds():
+    # simulate: the report spread is sqrt(sd^2 + sd_bin^2 w (1 - w)) (closed form) ...
+    g = np.random.default_rng(6)
+    p = np.repeat([0.02, 0.5], 20000)
+    r = ps.simulate_weighting(g, p, lambda x: x, 0.03, 0.12)
+    for x in (0.02, 0.5):
+        assert r[p == x].std() == pytest.approx(math.sqrt(0.03 ** 2 + 0.12 ** 2 * x * (1 - x)), rel=0.03)
+    # ... and the Prelec fit, which may narrow its noise the same way, recovers both noise parameters
+    p = np.tile(np.arange(1, 41) / 41, 40)
+    cond = np.zeros(len(p), int)
+    r = ps.simulate_weighting(g, p, lambda x: pc.prelec(x, 0.6, 1.0), 0.03, 0.12)
+    f = ps.fit("prelec", r, p, cond)
+    assert math.exp(float(f.theta["w1"][0].detach())) == pytest.approx(0.6, abs=0.08)
+    s0, s1 = (math.exp(float(f.theta[k][0].detach())) for k in ("log_sd", "log_sd_bin"))
+    w = pc.prelec(np.array([0.05, 0.3, 0.6, 0.95]), 0.6, 1.0)
+    np.testing.assert_allclose(np.sqrt(s0 ** 2 + s1 ** 2 * w * (1 - w)), np.sqrt(0.03 ** 2 + 0.12 ** 2 * w * (1 - w)),
+                               rtol=0.15)
+    # the fit reaches at least the likelihood of the true parameters (it is a maximum-likelihood fit)
+    ll_fit = ps.heldout_loglik(f, r, p, cond).sum()
+    with torch.no_grad():
+        for k, v in (("w1", math.log(0.6)), ("w2", 0.0), ("log_sd", math.log(0.03)), ("log_sd_bin", math.log(0.12))):
+            f.theta[k].fill_(v)
+    assert ll_fit >= ps.heldout_loglik(f, r, p, cond).sum()

@@ -13,8 +13,10 @@ their log likelihood on held-out trials (:func:`heldout_loglik`):
 * ``"uniform"``: ``F(p) = p``, free priors (the uniform-encoding Bayesian observer);
 * ``"efficient"``: ``F' proportional to pi^kappa`` in each condition (``kappa >= 0`` fitted; ``kappa = 1`` is the
   efficient code of Wei and Stocker), free priors;
-* ``"prelec"`` and ``"llo"``: a deterministic weighting function per condition plus Gaussian report noise of one
-  standard deviation per condition.
+* ``"prelec"`` and ``"llo"``: a deterministic weighting function per condition plus Gaussian report noise whose
+  standard deviation may shrink toward the bounds, ``sd(p)^2 = s0^2 + s1^2 w(p) (1 - w(p))`` (``s0``, ``s1`` per
+  condition; constant noise is the limit ``s1 = 0``), so that the rivals are not beaten merely by a noise model
+  that cannot narrow near 0 and 1.
 """
 from __future__ import annotations
 
@@ -58,9 +60,11 @@ def simulate(rng: np.random.Generator, p: np.ndarray, F, log_prior, sigma: float
     return pc.posterior_mean(m, pg, F(pg), log_prior(pg), sigma) + tau * rng.standard_normal(len(p))
 
 
-def simulate_weighting(rng: np.random.Generator, p: np.ndarray, w, sd: float) -> np.ndarray:
-    """Reports of a weighting-function observer: ``r = w(p) + sd * eta`` (a competing hypothesis)."""
-    return w(p) + sd * rng.standard_normal(len(p))
+def simulate_weighting(rng: np.random.Generator, p: np.ndarray, w, sd: float, sd_bin: float = 0.0) -> np.ndarray:
+    """Reports of a weighting-function observer (a competing hypothesis): ``r = w(p) + s(p) * eta`` with
+    ``s(p)^2 = sd^2 + sd_bin^2 w(p) (1 - w(p))`` (constant noise when ``sd_bin = 0``). ``p``: (T,). Returns (T,)."""
+    wp = w(p)
+    return wp + np.sqrt(sd ** 2 + sd_bin ** 2 * wp * (1 - wp)) * rng.standard_normal(len(p))
 
 
 def split(rng: np.random.Generator, cond: np.ndarray, test_share: float) -> np.ndarray:
@@ -94,9 +98,10 @@ class Fit:
                                    .astype(int))
         z = lambda *s: torch.zeros(*s, dtype=dt, requires_grad=True)
         if kind in ("prelec", "llo"):
-            self.theta = {"w1": z(n_cond), "w2": z(n_cond), "log_sd": z(n_cond)}
+            self.theta = {"w1": z(n_cond), "w2": z(n_cond), "log_sd": z(n_cond), "log_sd_bin": z(n_cond)}
             with torch.no_grad():
-                self.theta["log_sd"] += np.log(0.1)
+                self.theta["log_sd"] += np.log(0.05)
+                self.theta["log_sd_bin"] += np.log(0.1)
         else:
             self.theta = {"prior": z(n_cond, n_prior), "log_sigma": z(()), "log_tau": z(())}
             with torch.no_grad():
@@ -134,7 +139,8 @@ class Fit:
                 w = torch.exp(-torch.exp(th["w2"][c]) * (-torch.log(pp)) ** torch.exp(th["w1"][c]))
             else:
                 w = torch.sigmoid(torch.exp(th["w1"][c]) * torch.log(pp / (1 - pp)) + th["w2"][c])
-            sd = torch.exp(th["log_sd"][c])
+            # report noise sd(p)^2 = s0^2 + s1^2 w (1 - w): constant noise is the limit s1 -> 0
+            sd = torch.sqrt(torch.exp(2 * th["log_sd"][c]) + torch.exp(2 * th["log_sd_bin"][c]) * w * (1 - w))
             return -0.5 * ((r - w) / sd) ** 2 - torch.log(sd) - pc.LOG_SQRT_2PI
         a = self.increments(c)
         sigma, tau = torch.exp(th["log_sigma"]), torch.exp(th["log_tau"])
