@@ -224,3 +224,25 @@ def test_recovered_fraction():
     assert st.recovered_fraction(1.0, 0.2, 0.6) == pytest.approx(0.5)
     assert st.recovered_fraction(1.0, 0.2, 0.2) == 0.0
     assert np.isnan(st.recovered_fraction(1.0, 0.95, 1.0))
+
+
+def test_largest_gain_and_pooled_share():
+    key = ("bn", "train", "ga")
+    res = {"pre": {key: np.array([0.9, 0.5, 0.2, 0.1])}, "post": {key: {2: 0.9, 4: 0.3}},
+           "at_op": {key: {"pre": 0.2, "post": 0.6, "att x": 0.4}}}
+    assert st.largest_gain(res, key) == pytest.approx(0.4)          # checkpoint 2: 0.9 - 0.5
+    k2 = ("bn", "train", "rl")
+    at_op = {key: {"pre": 0.2, "post": 0.6, "att x": 0.4}, k2: {"pre": 0.3, "post": 0.9, "att x": 0.3}}
+    assert st.pooled_share(at_op, [key, k2], "x") == pytest.approx(0.2 / 1.0)
+    assert np.isnan(st.pooled_share({key: {"pre": 0.5, "post": 0.5, "att x": 0.9}}, [key], "x"))
+
+
+def test_competing_refreshes_are_recorded(digits):
+    d, net = digits
+    attack = {"n=10": d["Xr"][:10], "forget all": d["Xf"], "reset": None}
+    m = st._measure(net, d, attack)
+    for name in attack:
+        assert 0.0 <= m["att " + name] <= 1.0 and 0.0 <= m["att_retain " + name] <= 1.0
+    # R on the whole retain set given as an attacker set is R itself
+    m2 = st._measure(net, d, {"all": d["Xr"]})
+    assert m2["att all"] == m2["post"] and m2["att_retain all"] == m2["retain_post"]

@@ -76,6 +76,8 @@ def recalibration_stats(model: nn.Module, X: torch.Tensor, batch_size: int = 0) 
     batch). ``model`` is left as it was (its buffers, momenta and mode are restored)."""
     X, bs = _check(model, X, batch_size)
     layers = bn_layers(model)
+    if not layers:                                  # no running statistics: nothing to compute (R is the identity)
+        return _flat_stats(layers)
     saved = [(b.running_mean.clone(), b.running_var.clone(), b.num_batches_tracked.clone(), b.momentum)
              for b in layers]
     modes = [m.training for m in model.modules()]

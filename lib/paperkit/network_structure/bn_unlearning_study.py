@@ -55,10 +55,13 @@ def _measure(net, d, attack):
            "retain_post": bu.accuracy(R, d["Xte"][d["te_r"]], d["yte"][d["te_r"]])}
     for name, Xa in attack.items():
         if Xa is None:
-            out["att " + name] = bu.accuracy(br.reset_stats(net), d["Xf"], d["yf"])
+            Rz = br.reset_stats(net)
+            out["att " + name] = bu.accuracy(Rz, d["Xf"], d["yf"])
+            out["att_retain " + name] = bu.accuracy(Rz, d["Xte"][d["te_r"]], d["yte"][d["te_r"]])
         else:
             with br.recalibrated(net, Xa) as Ra:
                 out["att " + name] = bu.accuracy(Ra, d["Xf"], d["yf"])
+                out["att_retain " + name] = bu.accuracy(Ra, d["Xte"][d["te_r"]], d["yte"][d["te_r"]])
     return out
 
 
@@ -75,7 +78,11 @@ def run_seed(d: dict, seed: int, *, width: int, epochs: int, train_lr: float, lr
     operating point), ``at_op[key]`` (measures there), ``final[key]`` (the network after the last step) and
     ``retrained`` (measures of the network trained without the forget class). Attacker sets for R: ``attack_n``
     random retain images (unlabelled), as many Gaussian-noise images with the retain pixels' mean and standard
-    deviation as the largest of them (``"noise"``), and the data-free reset (``"reset"``)."""
+    deviation as the largest of them (``"noise"``), the data-free reset (``"reset"``), and three competing
+    refreshes: as many such noise images as the retain set has images (``"noise all"``), ``max(attack_n)`` random
+    forget-set images (``"forget n=..."``) and the whole forget set (``"forget all"``). Each gives ``"att <name>"``
+    (forget accuracy after that refresh) and ``"att_retain <name>"`` (retain-test accuracy after it), for the
+    BatchNorm runs and the retrained network (on GroupNorm every refresh is the identity; not measured)."""
     g = torch.Generator().manual_seed(seed)
     nets = {}
     for norm in ("bn", "gn"):
@@ -88,6 +95,11 @@ def run_seed(d: dict, seed: int, *, width: int, epochs: int, train_lr: float, lr
     mu, sd = float(d["Xr"].mean()), float(d["Xr"].std())
     attack["noise"] = (mu + sd * torch.randn(max(attack_n), d["Xr"].shape[1], generator=g)).clamp(0, 1)
     attack["reset"] = None
+    # competing refreshes: the same pass on inputs other than retain images
+    attack["noise all"] = (mu + sd * torch.randn(len(d["yr"]), d["Xr"].shape[1], generator=g)).clamp(0, 1)
+    perm_f = torch.randperm(len(d["yf"]), generator=g)
+    attack[f"forget n={max(attack_n)}"] = d["Xf"][perm_f[:max(attack_n)]]
+    attack["forget all"] = d["Xf"]
     res = {"orig": {k: bu.accuracy(v, d["Xf"], d["yf"]) for k, v in nets.items()}, "nets": nets, "pre": {},
            "post": {}, "op": {}, "at_op": {}, "final": {}, "retrained": _measure(nets["retrained"], d, attack)}
     for norm in ("bn", "gn"):
@@ -101,7 +113,8 @@ def run_seed(d: dict, seed: int, *, width: int, epochs: int, train_lr: float, lr
                         post[step] = _light(net, d)["post"]
                     if "op" not in state and (pre[-1] <= target or step == steps):
                         state["op"] = step
-                        state["at_op"] = _measure(net, d, attack)
+                        # GroupNorm: R and every refresh are the identity (no running statistics), so no attacker sets
+                        state["at_op"] = _measure(net, d, attack if norm == "bn" else {})
 
                 res["final"][key] = bu.unlearn(nets[norm], d["Xf"], d["yf"], d["Xr"], d["yr"], m, lr, steps,
                                                torch.Generator().manual_seed(seed + 2), bn_mode=mode,
@@ -116,3 +129,21 @@ def recovered_fraction(orig: float, pre: float, post: float, min_drop: float = 0
     apparent drop is under ``min_drop`` (nothing to give back)."""
     drop = orig - pre
     return float((post - pre) / drop) if drop >= min_drop else float("nan")
+
+
+def largest_gain(res: dict, key: tuple) -> float:
+    """The largest gain of R in forget accuracy, post - pre, over the run ``key`` of :func:`run_seed`'s result
+    ``res``: at the operating point and at every checkpoint where R was applied (``post[key]``), so the reading of
+    "up to" is not capped by the stopping rule (at the operating point the gain is at most ``1 - target``)."""
+    pre, post = res["pre"][key], res["post"][key]
+    op = res["at_op"][key]
+    return float(max([op["post"] - op["pre"]] + [v - pre[step - 1] for step, v in post.items()]))
+
+
+def pooled_share(at_op: dict, keys, name: str) -> float:
+    """What the refresh ``name`` (an attacker set of :func:`run_seed`) gives back, as a share of what R on the whole
+    retain set gives back, summed over the runs ``keys`` at their operating points:
+    ``sum(att - pre) / sum(post - pre)``; nan when R itself gives back nothing (the sum is not positive)."""
+    full = sum(at_op[k]["post"] - at_op[k]["pre"] for k in keys)
+    got = sum(at_op[k]["att " + name] - at_op[k]["pre"] for k in keys)
+    return float(got / full) if full > 0 else float("nan")
