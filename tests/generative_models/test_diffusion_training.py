@@ -146,3 +146,51 @@ def test_one_law_per_model_is_used_by_each_model():
     assert (m["freq_nats"] < swapped["freq_nats"]).all()
     with pytest.raises(ValueError, match="p0"):
         dt.train_softmax(p0s, [0, 1, 2], 2, [2])
+
+
+def test_order_lags_censoring_gives_no_order():
+    steps = np.array([0, 10, 100, 1000])
+    m = {"support_nats": np.array([[1.5, 1.5], [0.05, 1.2], [0.01, 1.0], [0.01, 0.9]]),
+         "freq_nats": np.array([[0.7, 0.7], [0.6, 0.6], [0.3, 0.3], [0.2, 0.01]])}
+    lag = dt.order_lags(steps, m, (0.5, 0.1), censor=2000.0)
+    assert lag[0, 0] > 0 and np.isnan(lag[1, 0])        # frequency never reaches 0.1: censored, not a lag
+    assert lag[0, 1] < 0 or np.isnan(lag[0, 1])
+    assert np.isnan(lag[1, 1])                           # support never reaches 0.1
+    np.testing.assert_allclose(dt.observed_lag(np.array([0.0, 5.0]), np.array([0.0, 2000.0]), 1000), [0.0, np.nan])
+
+
+def test_cross_readout_and_state_order_margin():
+    steps = np.array([0, 10, 100, 1000])
+    m = {"support_nats": np.array([[1.5, 1.5, 0.0], [0.1, 1.2, 0.0], [0.01, 0.5, 0.0], [0.01, 0.2, 0.0]]),
+         "freq_nats": np.array([[0.7, 0.7, 0.74], [0.6, 0.3, 0.74], [0.3, 0.1, 0.74], [0.05, 0.01, 0.74]])}
+    xr = dt.cross_readout(steps, m, 0.1, censor=2000.0)
+    assert xr["freq_at_support"][0] == pytest.approx(0.6)          # support reaches 0.1 exactly at step 10
+    assert xr["support_at_freq"][0] < 0.1                            # frequencies reached after the support
+    assert np.isnan(xr["freq_at_support"][1]) and xr["support_at_freq"][1] == pytest.approx(0.5)
+    assert xr["freq_at_support"][2] == pytest.approx(0.74) and np.isnan(xr["support_at_freq"][2])
+    mg = dt.state_order_margin(xr, 0.1)
+    assert mg[0] > 0 and mg[1] == 0.0 and mg[2] == 0.0               # censored -> 0, the support-only law fails
+
+
+def test_trivial_learners():
+    L, N = 5, 2
+    S = dd.forbidden_pattern_support(L, N, "11")
+    p0s = np.stack([dd.zipf_law(S, 1.0, np.random.default_rng(s)) for s in (0, 1)])
+    ck = np.array([0, 5, 50])
+    tl = dt.trivial_learners(p0s, S, L, N, ck)
+    for law in tl.values():
+        assert law.shape == (3, 2, 2 ** L)
+        np.testing.assert_allclose(law.sum(-1), 1.0)
+    np.testing.assert_allclose(tl["support_only"][0, 0][S], 1 / S.sum())
+    X = dd.all_strings(L, N)
+    for j in range(2):                                   # token marginals equal those of p0, tokens independent
+        tok = tl["token_freq"][0, j]
+        for i in range(L):
+            assert tok[X[:, i] == 1].sum() == pytest.approx(p0s[j][X[:, i] == 1].sum())
+        a, b = X[:, 0] == 1, X[:, 1] == 1
+        assert tok[a & b].sum() == pytest.approx(tok[a].sum() * tok[b].sum())
+    np.testing.assert_allclose(tl["mixture"][0], 1 / 2 ** L)
+    np.testing.assert_allclose(tl["mixture"][-1], p0s)
+    m = dt.law_metrics(tl["mixture"], p0s, S)
+    lag = dt.order_lags(ck, m, (0.5,), censor=100.0)
+    assert (lag <= 0).all()                              # no hierarchy: frequencies reach any level no later

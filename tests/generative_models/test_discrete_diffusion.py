@@ -172,3 +172,18 @@ def test_inputs_are_checked():
         dd.all_strings(0, 2)
     with pytest.raises(TypeError, match="src"):
         dd.edit_rates(np.ones((1, 4)), np.array([0.5]), np.array([1]), 2, "uniform")
+
+
+def test_valid_completions_brute_force_and_zero_rates():
+    L, N = 5, 2
+    S, p0 = _law(L, N, "11", 1)
+    comp = dd.has_valid_completion(L, N, S)
+    Y = dd.all_strings(L, N + 1)
+    valid = [tuple(r) for r in dd.all_strings(L, N)[S]]
+    for y, c in zip(Y, comp):
+        brute = any(all(yi == N or yi == vi for yi, vi in zip(y, v)) for v in valid)
+        assert c == brute
+    # the absorbing marginal vanishes exactly on the states without a valid completion
+    q = dd.forward_marginals(p0, np.array([1e-6, 0.5]), L, N, "absorbing")
+    np.testing.assert_array_equal(q[0] > 0, comp)
+    np.testing.assert_array_equal(q[1] > 0, comp)

@@ -16,6 +16,9 @@ The model's law over strings is computed exactly, without sampling noise, over a
 Markov matrix from the uniform law). :func:`law_metrics` splits ``KL(p0 || p_model) = -log s + KL(p0 || p_model|S)``
 exactly into a *support* term (``s`` = the model's mass on valid strings, the share of valid samples) and a
 *frequency* term (the within-support KL), and adds the Spearman rank correlation between ``p_model|S`` and ``p0``.
+:func:`first_crossing`, :func:`order_lags` and :func:`cross_readout` read the order of the two terms (a crossing
+not reached within the run is censored, never replaced by a made-up step); :func:`trivial_learners` gives the
+competitors read out the same way (support only, token frequencies only, no hierarchy).
 
 Kernels (registered in ``KERNELS``): :func:`uniform_step_matrix` (one reverse step's ``N^L x N^L`` matrix as an
 einsum over positions) / :func:`uniform_step_matrix_ref` (one entry at a time).
@@ -164,14 +167,94 @@ def train_learners(p0: np.ndarray, L: int, N: int, seeds: list[int], steps: int,
 def order_lags(steps, metrics: dict, levels, censor: float) -> np.ndarray:
     """``log10(T_frequency / T_support)`` at each matched level (nats) of ``levels``: the steps at which the
     frequency term and the support term of :func:`law_metrics` reach the level for good
-    (:func:`first_crossing`). Positive: support first. NaN where neither term settles within the run (no order
-    to read). Shape ``(len(levels), n_models)``."""
+    (:func:`first_crossing`; a crossing at step 0 counts as step 0.5, as in its log-step interpolation). Positive:
+    support first. NaN where *either* term does not reach the level within the run (its crossing is censored:
+    no order is observed, and the censoring value is never used as a step). Shape ``(len(levels), n_models)``."""
     out = []
     for g in levels:
         ts = first_crossing(steps, metrics["support_nats"], g, False, censor)
         tf = first_crossing(steps, metrics["freq_nats"], g, False, censor)
-        out.append(np.where((ts == censor) & (tf == censor), np.nan, np.log10(tf / ts)))
+        out.append(observed_lag(ts, tf, float(np.max(steps))))
     return np.array(out)
+
+
+def observed_lag(t_first, t_second, run_length: float) -> np.ndarray:
+    """``log10(t_second / t_first)`` where both crossing steps lie within the run (``<= run_length``), NaN where
+    either is censored; steps below 0.5 (a crossing at step 0) count as 0.5."""
+    a, b = np.asarray(t_first, float), np.asarray(t_second, float)
+    ok = (a <= run_length) & (b <= run_length)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(ok, np.log10(np.maximum(b, 0.5) / np.maximum(a, 0.5)), np.nan)
+
+
+def cross_readout(steps, metrics: dict, level: float, censor: float) -> dict:
+    """The state of one term at the moment the other reaches ``level`` (nats) for good:
+    ``freq_at_support`` = frequency term at the step where the support term reaches the level, and
+    ``support_at_freq`` = support term at the step where the frequency term reaches it; both read by linear
+    interpolation in ``log(step)`` between checkpoints (step 0 as 0.5), NaN where that crossing is censored. This
+    is the order in the space of the two terms, free of how fast either learner moves. Each ``(n_models,)``."""
+    steps = np.asarray(steps, float)
+    x = np.log(np.maximum(steps, 0.5))
+    T = {k: first_crossing(steps, metrics[k], level, False, censor) for k in ("support_nats", "freq_nats")}
+    out = {}
+    for name, at, read in (("freq_at_support", "support_nats", "freq_nats"),
+                           ("support_at_freq", "freq_nats", "support_nats")):
+        v = np.asarray(metrics[read], float).reshape(len(steps), -1)
+        t = np.asarray(T[at], float).reshape(-1)
+        out[name] = np.array([np.interp(math.log(max(tc, 0.5)), x, v[:, c]) if tc <= steps[-1] else np.nan
+                              for c, tc in enumerate(t)])
+    return out
+
+
+def state_order_margin(readout: dict, level: float, cap: float = 3.0) -> np.ndarray:
+    """``min(log10(F@S / level), log10(level / S@F))`` from :func:`cross_readout`: positive only if the
+    frequency term is still above ``level`` when the support term reaches it *and* the support term is already
+    below ``level`` when the frequency term reaches it (support first, both reached within the run). 0 where either
+    crossing is censored (no order observed: counts as a failure of a ``> 0`` check); clipped to ``[-cap, cap]``."""
+    fs, sf = np.asarray(readout["freq_at_support"], float), np.asarray(readout["support_at_freq"], float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        m = np.minimum(np.log10(fs / level), np.log10(level / sf))
+    return np.where(np.isnan(fs) | np.isnan(sf), 0.0, np.clip(m, -cap, cap))
+
+
+# ---------------------------------------------------------------------------------------------- trivial learners
+
+def support_only_law(support: np.ndarray) -> np.ndarray:
+    """The learner that knows the support and none of the frequencies: uniform over the valid strings,
+    ``(N**L,)``."""
+    s = np.asarray(support, bool)
+    return s / s.sum()
+
+
+def token_marginal_law(p0: np.ndarray, L: int, N: int) -> np.ndarray:
+    """The learner that knows every token's frequency at every position and nothing of the support: the product
+    of the per-position marginals of ``p0`` (``(..., N**L)``, one law per leading index), same shape."""
+    X = dd.all_strings(L, N)
+    p0 = np.asarray(p0, float)
+    onehot = np.eye(N)[X]                                           # (n, L, N)
+    marg = np.einsum("...x,xia->...ia", p0, onehot)                 # (..., L, N): p0(x_i = a)
+    return np.exp(np.einsum("...ia,xia->...x", np.log(np.maximum(marg, 1e-300)), onehot))
+
+
+def mixture_path(p0: np.ndarray, checkpoints) -> np.ndarray:
+    """The learner with no hierarchy: ``(1 - w) U + w p0`` with ``U`` uniform over all strings and
+    ``w = step / last step`` at each checkpoint, so support and frequencies are learned together. ``p0``
+    ``(n_models, N**L)``; returns ``(len(checkpoints), n_models, N**L)``. Any monotone schedule of ``w`` gives the
+    same order of the two terms and the same :func:`cross_readout`."""
+    p0 = np.asarray(p0, float)
+    w = np.asarray(checkpoints, float) / float(np.max(checkpoints))
+    return (1 - w)[:, None, None] / p0.shape[-1] + w[:, None, None] * p0[None]
+
+
+def trivial_learners(p0: np.ndarray, support: np.ndarray, L: int, N: int, checkpoints) -> dict:
+    """Laws ``(len(checkpoints), n_models, N**L)`` of the three trivial competitors of the trained denoisers, on
+    the data laws ``p0`` ``(n_models, N**L)``: ``"support_only"`` (:func:`support_only_law`, constant),
+    ``"token_freq"`` (:func:`token_marginal_law`, constant) and ``"mixture"`` (:func:`mixture_path`)."""
+    p0 = np.asarray(p0, float)
+    n = len(checkpoints)
+    return {"support_only": np.broadcast_to(support_only_law(support), (n,) + p0.shape).copy(),
+            "token_freq": np.broadcast_to(token_marginal_law(p0, L, N), (n,) + p0.shape).copy(),
+            "mixture": mixture_path(p0, checkpoints)}
 
 
 # ---------------------------------------------------------------------------------------------- exact model laws

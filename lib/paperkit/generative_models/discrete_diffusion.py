@@ -64,6 +64,15 @@ def hamming_to_support(strings: np.ndarray, support: np.ndarray) -> np.ndarray:
     return (strings[:, None, :] != S[None, :, :]).sum(2).min(1)
 
 
+def has_valid_completion(L: int, N: int, support: np.ndarray) -> np.ndarray:
+    """For every partly masked string (the absorbing states: ``(N+1)**L`` strings over ``{0..N}``, ``N`` the mask,
+    in state order) whether some valid string agrees with it on every unmasked position: bool ``((N+1)**L,)``.
+    Found by matching against the strings of the support, independently of any marginal."""
+    Y = all_strings(L, N + 1)
+    valid = all_strings(L, N)[np.asarray(support, bool)]
+    return ((Y[:, None, :] == N) | (Y[:, None, :] == valid[None, :, :])).all(2).any(1)
+
+
 def zipf_law(support: np.ndarray, a: float, rng: np.random.Generator) -> np.ndarray:
     """``p0`` on the support: Zipf weights ``rank^(-a)`` over a random ranking of the valid strings (drawn from
     ``rng``), zero elsewhere; float64 ``(len(support),)`` summing to one."""
