@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from numba import njit
 
 from paperkit.arrays import real_array
 
@@ -71,12 +72,62 @@ def random_junta_table(k: int, rng: np.random.Generator) -> np.ndarray:
 
 def junta_value(x, S, table) -> np.ndarray:
     """``f(x) = table[sum_l 1[x_{S_l} = +1] 2^l]`` for each row of ``x`` (n, d) in ``{-1, +1}``; ``S`` (k,) int64
-    relevant coordinates, ``table`` (2^k,) in ``[-1, 1]``. Returns shape (n,)."""
-    x, S, table = _check_junta(x, S, table)
-    idx = np.zeros(x.shape[0], dtype=np.intp)
-    for l, col in enumerate(S):                      # k is small: one pass over each relevant column
-        idx |= (x[:, col] > 0).astype(np.intp) << l
-    return table[idx]
+    relevant coordinates, ``table`` (2^k,) in ``[-1, 1]``. Returns shape (n,).
+
+    One compiled pass over the rows that checks every entry (-1 or +1) and looks the row up, with the checks of ``S``
+    and ``table`` compiled too: the vectorised NumPy form (validate all of ``x`` in two passes, gather the columns,
+    compare, weight, look up) was 0.18x NumPy's parity product over the same columns, which validates nothing."""
+    x, S, table = np.asarray(x), np.asarray(S), np.asarray(table)
+    for name, arr, ndim in (("x", x, 2), ("table", table, 1)):
+        if arr.dtype.kind != "f":                      # real floating point (complex is kind "c")
+            raise TypeError(f"{name} must be a real float array, got dtype {arr.dtype}")
+        if arr.ndim != ndim:
+            raise ValueError(f"{name} must have {ndim} axes, got shape {arr.shape}")
+    if S.dtype != np.int64:
+        raise TypeError(f"S must be an int64 array, got dtype {S.dtype}")
+    if S.ndim != 1:
+        raise ValueError(f"S must have 1 axis, got shape {S.shape}")
+    if table.shape[0] != 2 ** S.shape[0]:
+        raise ValueError(f"table must have 2^k = {2 ** S.shape[0]} entries, got {table.shape[0]}")
+    out = np.empty(x.shape[0], dtype=table.dtype)
+    status = _junta_lookup(np.ascontiguousarray(x), S, table, out)
+    if status:
+        raise ValueError(_JUNTA_ERRORS[status].format(d=x.shape[1], S=S))
+    return out
+
+
+_JUNTA_ERRORS = {1: "S must index the {d} coordinates of x, got {S}", 2: "S must not repeat a coordinate",
+                 3: "table must be finite", 4: "table must take values in [-1, 1]",
+                 5: "x must hold hypercube points (entries -1 or +1)"}
+
+
+@njit(cache=True)
+def _junta_lookup(x, S, table, out):
+    """Checks ``S`` and ``table``, then fills ``out``; returns 0, or the code of the first failed check
+    (:data:`_JUNTA_ERRORS`)."""
+    k = S.shape[0]
+    for l in range(k):
+        if S[l] < 0 or S[l] >= x.shape[1]:
+            return 1
+        for m in range(l):
+            if S[m] == S[l]:
+                return 2
+    for t in table:
+        if not np.isfinite(t):
+            return 3
+        if abs(t) > 1.0:
+            return 4
+    flat = x.ravel()
+    bad = 0
+    for i in range(flat.shape[0]):                   # every entry: NaN, inf and values off the cube all fail;
+        v = flat[i]                                  # one flat loop with an integer count vectorises
+        bad += np.intp(v * v != 1.0)
+    for n in range(x.shape[0]):
+        idx = 0
+        for l in range(k):
+            idx |= np.intp(x[n, S[l]] > 0) << l
+        out[n] = table[idx]
+    return 5 if bad > 0 else 0
 
 
 def junta_value_ref(x, S, table) -> np.ndarray:
